@@ -1,0 +1,66 @@
+# One Makefile for humans, the README and CI (.ci/run calls `make test`).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.deps-stamp
+
+.PHONY: help venv build test lint rust-test pytest demo bench bench-rust bench-py fuzz captures clean
+
+help:
+	@echo "make demo      decode a real workload from a throwaway PostgreSQL and print the events"
+	@echo "make test      lint, Rust tests, build the extension, pytest against PostgreSQL 15 and 18"
+	@echo "make bench     criterion + pytest-benchmark (release build), writes benches/results/"
+	@echo "make fuzz      run the proptest fuzz targets for longer (FUZZ_CASES=...)"
+	@echo "make captures  re-record the golden pgoutput captures in tests/fixtures/captures"
+
+$(STAMP): requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -r requirements-dev.txt
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Release build: tests, the demo and the benches all run the optimised extension.
+build: venv
+	$(VENV)/bin/maturin develop --release -q
+
+lint: venv
+	cargo fmt --all -- --check
+	cargo clippy --all-targets --all-features -- -D warnings
+	$(VENV)/bin/ruff check python tests benches
+	$(VENV)/bin/ruff format --check python tests benches
+	$(VENV)/bin/mypy
+
+rust-test:
+	cargo test --all-targets
+
+pytest: build
+	$(VENV)/bin/pytest -q
+
+test: lint rust-test pytest
+
+demo: build
+	$(PY) -m pgwire_cdc.demo
+
+captures: build
+	$(PY) tests/capture/record.py
+
+bench: bench-rust bench-py
+
+bench-rust:
+	cargo bench --bench decode
+
+bench-py: build
+	$(VENV)/bin/pytest benches -q --benchmark-only
+
+FUZZ_CASES ?= 2000000
+fuzz:
+	PROPTEST_CASES=$(FUZZ_CASES) cargo test --release --test fuzz -- --nocapture
+
+clean:
+	rm -rf $(VENV) target

@@ -1,0 +1,27 @@
+"""pgwire_cdc: change data capture from PostgreSQL logical replication into Apache Arrow.
+
+The hot path (pgoutput parsing, transaction assembly, value parsing) is Rust, in
+``pgwire_cdc._native``; this package is the thin Python front.
+"""
+
+from __future__ import annotations
+
+from . import errors
+from ._native import UNCHANGED_TOAST, Decoder, Event
+from ._native import __version__ as __version__
+from .errors import ConfigError, ConnectionError, DecodeError, Error, SlotError
+from .lsn import int_to_lsn, lsn_to_int
+
+__all__ = [
+    "UNCHANGED_TOAST",
+    "ConfigError",
+    "ConnectionError",
+    "DecodeError",
+    "Decoder",
+    "Error",
+    "Event",
+    "SlotError",
+    "errors",
+    "int_to_lsn",
+    "lsn_to_int",
+]

@@ -1,0 +1,74 @@
+"""Type stubs of the Rust extension module (rust/src/python)."""
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, final
+
+__version__: str
+BUILD_PROFILE: str
+
+@final
+class UnchangedToast: ...
+
+UNCHANGED_TOAST: UnchangedToast
+
+Value = str | bytes | None | UnchangedToast
+
+@final
+class Decoder:
+    def __init__(self, proto_version: int = 1, binary: bool = False) -> None: ...
+    @property
+    def proto_version(self) -> int: ...
+    @property
+    def binary(self) -> bool: ...
+    @property
+    def in_transaction(self) -> bool: ...
+    @property
+    def pending_transactions(self) -> int: ...
+    def feed(self, message: bytes | bytearray, lsn: int = 0) -> None: ...
+    def feed_many(
+        self, messages: Sequence[bytes | bytearray], lsns: Sequence[int] | None = None
+    ) -> None: ...
+    def events(self) -> list[Event]: ...
+
+@final
+class Event:
+    kind: str
+    start_lsn: int
+    commit_lsn: int | None
+    tx_ordinal: int
+    xid: int | None
+    table: str | None
+    table_row: tuple[Value, ...] | None
+    updated_table_row: tuple[Any, ...] | None
+    old_table_row: tuple[str, tuple[Value, ...]] | None
+    tables: list[str] | None
+    options: int | None
+    prefix: str | None
+    content: bytes | None
+    transactional: bool | None
+    message_lsn: int | None
+    commit_ts: datetime | None
+    timestamp: int | None
+    final_lsn: int | None
+    flags: int | None
+    end_lsn: int | None
+    origin_name: str | None
+    origin_lsn: int | None
+    relation_id: int | None
+    replica_identity: str | None
+    columns: list[tuple[str, int, int, bool]] | None
+    type_oid: int | None
+    type_namespace: str | None
+    type_name: str | None
+    first_segment: bool | None
+    subxid: int | None
+    abort_lsn: int | None
+    abort_ts: datetime | None
+    gid: str | None
+    prepare_lsn: int | None
+    prepare_ts: datetime | None
+    prepare_end_lsn: int | None
+    rollback_end_lsn: int | None
+    rollback_ts: datetime | None
+    def to_dict(self) -> dict[str, Any]: ...

@@ -1,0 +1,51 @@
+"""The exceptions of pgwire_cdc. Every error the package raises derives from :class:`Error`.
+
+No message carries a password or a row value: they end up in logs.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+__all__ = ["ConfigError", "ConnectionError", "DecodeError", "Error", "SlotError"]
+
+
+class Error(Exception):
+    """Base class of every pgwire_cdc error."""
+
+
+class DecodeError(Error):
+    """Malformed or out-of-sequence protocol bytes.
+
+    ``message_kind`` names the pgoutput message ("Insert", "Relation", ...), ``offset`` the
+    byte inside it where the problem was found, ``index`` the position of the message in a
+    ``feed_many`` call (None for ``feed``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        message_kind: str | None = None,
+        offset: int | None = None,
+        reason: str | None = None,
+        index: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message_kind = message_kind
+        self.offset = offset
+        self.reason = reason
+        self.index = index
+
+
+class ConfigError(Error):
+    """The server, publication or tables are not usable as configured (wal_level,
+    privileges, replica identity, ...). The message says how to fix it."""
+
+
+class SlotError(Error):
+    """The replication slot is missing, in use by another session, or invalidated."""
+
+
+class ConnectionError(Error, builtins.ConnectionError):  # noqa: A001 - the contract's name
+    """The connection to PostgreSQL failed or was lost."""

@@ -1,0 +1,684 @@
+//! The stateful pgoutput decoder: transaction framing, streamed and two-phase transaction
+//! assembly, the relation cache and unchanged-TOAST reconstruction.
+//!
+//! Delivery rules (see `docs/event-api.md`):
+//!
+//! * Plain transactions are delivered as they are fed: Begin already names the commit LSN.
+//! * Streamed transactions (protocol 2+, `streaming` on) arrive in blocks framed by Stream
+//!   Start / Stream Stop, interleaved with other transactions. Their messages are held per
+//!   top-level xid; a Stream Abort of a subtransaction drops the data messages that carry
+//!   that subtransaction's xid, one of the top-level xid drops everything; at Stream Commit
+//!   the held messages are delivered, in order, with the commit's LSN and timestamp.
+//! * Two-phase transactions (protocol 3+, `two_phase` on) are held by GID from Begin
+//!   Prepare (or, streamed, until Stream Prepare) and delivered at Commit Prepared; a
+//!   Rollback Prepared drops them.
+//!
+//! Held messages are kept as their bytes plus the relation descriptions they were checked
+//! against when they arrived, so a later Relation message (after DDL) cannot change how an
+//! earlier change is read. Every message is checked completely when it is fed: a malformed
+//! message fails at `feed`, and leaves the decoder's state as it was.
+//!
+//! Relation descriptions sent inside a streamed transaction apply only to it until it
+//! commits (pgoutput keeps "schema sent" per streamed transaction and marks it sent for
+//! everyone at stream commit); those sent inside a prepared transaction apply at once
+//! (pgoutput marks them sent when it sends them).
+//!
+//! `tx_ordinal`: data events (Insert, Update, Delete, Truncate, transactional Message)
+//! are numbered from 0 within their transaction in delivery order; Begin has 0, Relation,
+//! Type, Origin and the prepare markers carry the number of the next data event, and the
+//! closing event (Commit, Stream Commit, Commit Prepared) the count of data events.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::error::{DecodeError, Reason};
+use crate::protocol::{
+    parse_message, Datum, Lsn, Message, OldKind, ParseContext, PgTimestamp, StreamAbort,
+};
+use crate::relation::{Relation, TypeInfo};
+use crate::sink::{EventMeta, EventRef, EventSink, OldImage};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecoderConfig {
+    /// The `proto_version` the stream was requested with (1 to 4).
+    pub proto_version: u32,
+    /// Whether the stream was requested with `binary 'true'` (values may then be 'b').
+    pub binary: bool,
+}
+
+impl Default for DecoderConfig {
+    fn default() -> Self {
+        Self {
+            proto_version: 1,
+            binary: false,
+        }
+    }
+}
+
+/// Transaction context of the events being delivered.
+#[derive(Debug, Clone, Copy, Default)]
+struct TxMeta {
+    commit_lsn: Option<Lsn>,
+    xid: Option<u32>,
+    commit_timestamp: Option<PgTimestamp>,
+    next_ordinal: u64,
+}
+
+impl TxMeta {
+    fn meta(&self, start_lsn: Lsn) -> EventMeta {
+        EventMeta {
+            start_lsn,
+            commit_lsn: self.commit_lsn,
+            tx_ordinal: self.next_ordinal,
+            xid: self.xid,
+            commit_timestamp: self.commit_timestamp,
+        }
+    }
+}
+
+/// What a message refers to, looked up when it arrived.
+#[derive(Debug, Clone, Default)]
+struct Resolved {
+    relations: Vec<Arc<Relation>>,
+    type_info: Option<Arc<TypeInfo>>,
+}
+
+/// A held message of a streamed or prepared transaction.
+#[derive(Debug)]
+struct HeldMessage {
+    lsn: Lsn,
+    bytes: Box<[u8]>,
+    in_stream: bool,
+    /// The (sub)transaction xid a streamed data message carries: a Stream Abort of that
+    /// subtransaction drops it.
+    subxid: Option<u32>,
+    resolved: Resolved,
+}
+
+#[derive(Debug, Default)]
+struct HeldTx {
+    messages: Vec<HeldMessage>,
+    /// Relation descriptions sent inside a streamed transaction, in force for it only.
+    relations: HashMap<u32, Arc<Relation>>,
+}
+
+#[derive(Debug)]
+enum TxState {
+    Idle,
+    /// Between Begin and Commit.
+    Plain(TxMeta),
+    /// Between Begin Prepare and Prepare.
+    Preparing {
+        gid: String,
+        held: HeldTx,
+    },
+}
+
+/// Decodes a pgoutput message stream; see the module documentation.
+#[derive(Debug)]
+pub struct Decoder {
+    config: DecoderConfig,
+    relations: HashMap<u32, Arc<Relation>>,
+    types: HashMap<u32, Arc<TypeInfo>>,
+    state: TxState,
+    /// Ordinals of events fed outside any transaction (a stream slice that starts
+    /// mid-transaction): delivered as they come, without a commit LSN.
+    loose: TxMeta,
+    /// Top-level xid of the streamed block being received.
+    open_stream: Option<u32>,
+    streams: HashMap<u32, HeldTx>,
+    prepared: HashMap<String, HeldTx>,
+}
+
+impl Decoder {
+    pub fn new(config: DecoderConfig) -> Self {
+        Self {
+            config,
+            relations: HashMap::new(),
+            types: HashMap::new(),
+            state: TxState::Idle,
+            loose: TxMeta::default(),
+            open_stream: None,
+            streams: HashMap::new(),
+            prepared: HashMap::new(),
+        }
+    }
+
+    pub fn config(&self) -> DecoderConfig {
+        self.config
+    }
+
+    /// The relation description currently in force for `oid` outside streamed blocks.
+    pub fn relation(&self, oid: u32) -> Option<&Arc<Relation>> {
+        self.relations.get(&oid)
+    }
+
+    /// True between Begin and Commit (or Begin Prepare and Prepare), or inside a streamed
+    /// block: a consumer must not treat the stream as being at a transaction boundary.
+    pub fn in_transaction(&self) -> bool {
+        !matches!(self.state, TxState::Idle) || self.open_stream.is_some()
+    }
+
+    /// Streamed or prepared transactions held, waiting for their commit.
+    pub fn pending_transactions(&self) -> usize {
+        self.streams.len() + self.prepared.len()
+    }
+
+    /// Decodes one message, given with the WAL position the server reported for it.
+    pub fn feed<S: EventSink>(
+        &mut self,
+        bytes: &[u8],
+        lsn: Lsn,
+        sink: &mut S,
+    ) -> Result<(), DecodeError> {
+        let ctx = ParseContext {
+            proto_version: self.config.proto_version,
+            in_stream: self.open_stream.is_some(),
+        };
+        let msg = parse_message(bytes, ctx)?;
+        let kind = msg.kind();
+        let seq_err = |what: &'static str| DecodeError::new(kind, 0, Reason::OutOfSequence(what));
+
+        match &msg {
+            Message::Begin(begin) => {
+                if self.in_transaction() {
+                    return Err(seq_err(
+                        "Begin inside an open transaction or streamed block",
+                    ));
+                }
+                let tx = TxMeta {
+                    commit_lsn: Some(begin.final_lsn),
+                    xid: Some(begin.xid),
+                    commit_timestamp: Some(begin.timestamp),
+                    next_ordinal: 0,
+                };
+                sink.event(&tx.meta(lsn), EventRef::Begin(begin))?;
+                self.state = TxState::Plain(tx);
+                Ok(())
+            }
+            Message::Commit(commit) => {
+                let mut tx = match &self.state {
+                    TxState::Plain(tx) => *tx,
+                    TxState::Idle if self.open_stream.is_none() => TxMeta {
+                        commit_lsn: Some(commit.commit_lsn),
+                        commit_timestamp: Some(commit.timestamp),
+                        ..self.loose
+                    },
+                    _ => return Err(seq_err("Commit outside a plain transaction")),
+                };
+                tx.commit_lsn = Some(commit.commit_lsn);
+                sink.event(&tx.meta(lsn), EventRef::Commit(commit))?;
+                self.state = TxState::Idle;
+                self.loose = TxMeta::default();
+                Ok(())
+            }
+            Message::StreamStart(start) => {
+                if self.in_transaction() {
+                    return Err(seq_err("Stream Start inside an open transaction or stream"));
+                }
+                let meta = EventMeta {
+                    start_lsn: lsn,
+                    commit_lsn: None,
+                    tx_ordinal: 0,
+                    xid: Some(start.xid),
+                    commit_timestamp: None,
+                };
+                sink.event(&meta, EventRef::StreamStart(start))?;
+                self.streams.entry(start.xid).or_default();
+                self.open_stream = Some(start.xid);
+                Ok(())
+            }
+            Message::StreamStop => {
+                let Some(xid) = self.open_stream else {
+                    return Err(seq_err("Stream Stop without Stream Start"));
+                };
+                let meta = EventMeta {
+                    start_lsn: lsn,
+                    commit_lsn: None,
+                    tx_ordinal: 0,
+                    xid: Some(xid),
+                    commit_timestamp: None,
+                };
+                sink.event(&meta, EventRef::StreamStop)?;
+                self.open_stream = None;
+                Ok(())
+            }
+            Message::StreamCommit(commit) => {
+                if self.in_transaction() {
+                    return Err(seq_err(
+                        "Stream Commit inside an open transaction or stream",
+                    ));
+                }
+                let held = self.streams.remove(&commit.xid).unwrap_or_default();
+                // Committed: its relation descriptions are now the ones in force.
+                self.relations
+                    .extend(held.relations.iter().map(|(k, v)| (*k, Arc::clone(v))));
+                let mut tx = TxMeta {
+                    commit_lsn: Some(commit.commit_lsn),
+                    xid: Some(commit.xid),
+                    commit_timestamp: Some(commit.timestamp),
+                    next_ordinal: 0,
+                };
+                replay(&held.messages, &mut tx, self.config, sink)?;
+                sink.event(&tx.meta(lsn), EventRef::StreamCommit(commit))
+            }
+            Message::StreamAbort(abort) => {
+                if self.in_transaction() {
+                    return Err(seq_err("Stream Abort inside an open transaction or stream"));
+                }
+                self.abort_streamed(abort);
+                let meta = EventMeta {
+                    start_lsn: lsn,
+                    commit_lsn: None,
+                    tx_ordinal: 0,
+                    xid: Some(abort.xid),
+                    commit_timestamp: None,
+                };
+                sink.event(&meta, EventRef::StreamAbort(abort))
+            }
+            Message::BeginPrepare(info) => {
+                if self.in_transaction() {
+                    return Err(seq_err(
+                        "Begin Prepare inside an open transaction or stream",
+                    ));
+                }
+                let mut held = HeldTx::default();
+                held.messages
+                    .push(hold(bytes, lsn, false, None, Resolved::default()));
+                self.state = TxState::Preparing {
+                    gid: info.gid.to_owned(),
+                    held,
+                };
+                Ok(())
+            }
+            Message::Prepare(info) => {
+                match &self.state {
+                    TxState::Preparing { gid, .. } if gid == info.gid => {}
+                    TxState::Preparing { .. } => {
+                        return Err(seq_err("Prepare names another GID than Begin Prepare"))
+                    }
+                    _ => return Err(seq_err("Prepare without Begin Prepare")),
+                }
+                if let TxState::Preparing { gid, mut held } =
+                    std::mem::replace(&mut self.state, TxState::Idle)
+                {
+                    held.messages
+                        .push(hold(bytes, lsn, false, None, Resolved::default()));
+                    self.prepared.insert(gid, held);
+                }
+                Ok(())
+            }
+            Message::StreamPrepare(info) => {
+                if self.in_transaction() {
+                    return Err(seq_err(
+                        "Stream Prepare inside an open transaction or stream",
+                    ));
+                }
+                let mut held = self.streams.remove(&info.xid).unwrap_or_default();
+                self.relations.extend(held.relations.drain());
+                held.messages
+                    .push(hold(bytes, lsn, false, None, Resolved::default()));
+                self.prepared.insert(info.gid.to_owned(), held);
+                Ok(())
+            }
+            Message::CommitPrepared(commit) => {
+                if self.in_transaction() {
+                    return Err(seq_err(
+                        "Commit Prepared inside an open transaction or stream",
+                    ));
+                }
+                let held = self.prepared.remove(commit.gid).unwrap_or_default();
+                let mut tx = TxMeta {
+                    commit_lsn: Some(commit.commit_lsn),
+                    xid: Some(commit.xid),
+                    commit_timestamp: Some(commit.timestamp),
+                    next_ordinal: 0,
+                };
+                replay(&held.messages, &mut tx, self.config, sink)?;
+                sink.event(&tx.meta(lsn), EventRef::CommitPrepared(commit))
+            }
+            Message::RollbackPrepared(rollback) => {
+                if self.in_transaction() {
+                    return Err(seq_err(
+                        "Rollback Prepared inside an open transaction or stream",
+                    ));
+                }
+                self.prepared.remove(rollback.gid);
+                let meta = EventMeta {
+                    start_lsn: lsn,
+                    commit_lsn: None,
+                    tx_ordinal: 0,
+                    xid: Some(rollback.xid),
+                    commit_timestamp: None,
+                };
+                sink.event(&meta, EventRef::RollbackPrepared(rollback))
+            }
+            // Relation, Type, Origin, Insert, Update, Delete, Truncate, Message.
+            _ => self.feed_in_transaction(&msg, bytes, lsn, sink),
+        }
+    }
+
+    /// Messages that belong to a transaction: delivered now (plain transaction), or held
+    /// (streamed block, two-phase transaction being prepared).
+    fn feed_in_transaction<S: EventSink>(
+        &mut self,
+        msg: &Message<'_>,
+        bytes: &[u8],
+        lsn: Lsn,
+        sink: &mut S,
+    ) -> Result<(), DecodeError> {
+        // A non-transactional logical message is delivered as it comes, wherever it is.
+        if let Message::Message(m) = msg {
+            if !m.transactional {
+                let meta = EventMeta {
+                    start_lsn: lsn,
+                    commit_lsn: None,
+                    tx_ordinal: 0,
+                    xid: m.xid,
+                    commit_timestamp: None,
+                };
+                return sink.event(&meta, EventRef::Message(m));
+            }
+        }
+        let stream_relations = self.open_stream.and_then(|xid| self.streams.get(&xid));
+        let resolved = resolve(msg, &self.relations, stream_relations.map(|h| &h.relations))?;
+
+        if let Some(xid) = self.open_stream {
+            let held = self.streams.entry(xid).or_default();
+            if let Message::Relation(r) = msg {
+                if let Some(rel) = resolved.relations.first() {
+                    held.relations.insert(r.oid, Arc::clone(rel));
+                }
+            }
+            let subxid = data_xid(msg);
+            held.messages.push(hold(bytes, lsn, true, subxid, resolved));
+            return Ok(());
+        }
+
+        self.remember_schema(msg, &resolved);
+        match &mut self.state {
+            TxState::Preparing { held, .. } => {
+                held.messages.push(hold(bytes, lsn, false, None, resolved));
+                Ok(())
+            }
+            TxState::Plain(tx) => dispatch(msg, &resolved, lsn, tx, sink),
+            TxState::Idle => dispatch(msg, &resolved, lsn, &mut self.loose, sink),
+        }
+    }
+
+    /// Relation and Type messages outside streamed blocks take effect at once.
+    fn remember_schema(&mut self, msg: &Message<'_>, resolved: &Resolved) {
+        match msg {
+            Message::Relation(r) => {
+                if let Some(rel) = resolved.relations.first() {
+                    self.relations.insert(r.oid, Arc::clone(rel));
+                }
+            }
+            Message::Type(t) => {
+                if let Some(info) = &resolved.type_info {
+                    self.types.insert(t.oid, Arc::clone(info));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn abort_streamed(&mut self, abort: &StreamAbort) {
+        if abort.subxid == abort.xid {
+            self.streams.remove(&abort.xid);
+        } else if let Some(held) = self.streams.get_mut(&abort.xid) {
+            // Schema messages stay: pgoutput will not send them again for this transaction.
+            held.messages.retain(|m| m.subxid != Some(abort.subxid));
+        }
+    }
+}
+
+fn hold(
+    bytes: &[u8],
+    lsn: Lsn,
+    in_stream: bool,
+    subxid: Option<u32>,
+    resolved: Resolved,
+) -> HeldMessage {
+    HeldMessage {
+        lsn,
+        bytes: bytes.into(),
+        in_stream,
+        subxid,
+        resolved,
+    }
+}
+
+/// The xid prefix of a streamed data message (Relation and Type are schema, not data).
+fn data_xid(msg: &Message<'_>) -> Option<u32> {
+    match msg {
+        Message::Insert(m) => m.xid,
+        Message::Update(m) => m.xid,
+        Message::Delete(m) => m.xid,
+        Message::Truncate(m) => m.xid,
+        Message::Message(m) => m.xid,
+        _ => None,
+    }
+}
+
+/// Looks up (and checks the tuples against) the relations a message refers to.
+fn resolve(
+    msg: &Message<'_>,
+    relations: &HashMap<u32, Arc<Relation>>,
+    overlay: Option<&HashMap<u32, Arc<Relation>>>,
+) -> Result<Resolved, DecodeError> {
+    let kind = msg.kind();
+    // Where the relation OID sits: after the tag, and after the xid inside a stream.
+    let at = if data_xid(msg).is_some() { 5 } else { 1 };
+    let lookup = |oid: u32| -> Result<Arc<Relation>, DecodeError> {
+        overlay
+            .and_then(|o| o.get(&oid))
+            .or_else(|| relations.get(&oid))
+            .cloned()
+            .ok_or_else(|| DecodeError::new(kind, at, Reason::UnknownRelation(oid)))
+    };
+    let check = |rel: &Relation, tuple: &[Datum<'_>]| -> Result<(), DecodeError> {
+        if tuple.len() == rel.columns.len() {
+            Ok(())
+        } else {
+            Err(DecodeError::new(
+                kind,
+                at + 4,
+                Reason::ColumnCountMismatch {
+                    relation: rel.oid,
+                    expected: rel.columns.len(),
+                    found: tuple.len(),
+                },
+            ))
+        }
+    };
+    let one = |rel| Resolved {
+        relations: vec![rel],
+        type_info: None,
+    };
+    Ok(match msg {
+        Message::Relation(r) => one(Arc::new(Relation::from_message(r))),
+        Message::Type(t) => Resolved {
+            relations: Vec::new(),
+            type_info: Some(Arc::new(TypeInfo::from_message(t))),
+        },
+        Message::Insert(m) => {
+            let rel = lookup(m.relation)?;
+            check(&rel, &m.new)?;
+            if m.new.iter().any(Datum::is_unchanged) {
+                return Err(DecodeError::new(
+                    kind,
+                    at + 4,
+                    Reason::BadValue {
+                        field: "unchanged TOAST marker in a new row",
+                    },
+                ));
+            }
+            one(rel)
+        }
+        Message::Update(m) => {
+            let rel = lookup(m.relation)?;
+            if let Some((_, old)) = &m.old {
+                check(&rel, old)?;
+            }
+            check(&rel, &m.new)?;
+            one(rel)
+        }
+        Message::Delete(m) => {
+            let rel = lookup(m.relation)?;
+            check(&rel, &m.old.1)?;
+            one(rel)
+        }
+        Message::Truncate(m) => Resolved {
+            relations: m
+                .relations
+                .iter()
+                .map(|&oid| lookup(oid))
+                .collect::<Result<_, _>>()?,
+            type_info: None,
+        },
+        _ => Resolved::default(),
+    })
+}
+
+/// Delivers held messages in order, reading each against the relations it was checked
+/// against when it arrived.
+fn replay<S: EventSink>(
+    held: &[HeldMessage],
+    tx: &mut TxMeta,
+    config: DecoderConfig,
+    sink: &mut S,
+) -> Result<(), DecodeError> {
+    for m in held {
+        let ctx = ParseContext {
+            proto_version: config.proto_version,
+            in_stream: m.in_stream,
+        };
+        let msg = parse_message(&m.bytes, ctx)?;
+        match &msg {
+            Message::BeginPrepare(info) => {
+                sink.event(&tx.meta(m.lsn), EventRef::BeginPrepare(info))?;
+            }
+            Message::Prepare(info) => sink.event(&tx.meta(m.lsn), EventRef::Prepare(info))?,
+            Message::StreamPrepare(info) => {
+                sink.event(&tx.meta(m.lsn), EventRef::StreamPrepare(info))?;
+            }
+            _ => dispatch(&msg, &m.resolved, m.lsn, tx, sink)?,
+        }
+    }
+    Ok(())
+}
+
+/// Hands one in-transaction message to the sink, numbering data events.
+fn dispatch<S: EventSink>(
+    msg: &Message<'_>,
+    resolved: &Resolved,
+    lsn: Lsn,
+    tx: &mut TxMeta,
+    sink: &mut S,
+) -> Result<(), DecodeError> {
+    let kind = msg.kind();
+    let missing = || DecodeError::new(kind, 1, Reason::OutOfSequence("relation not resolved"));
+    let meta = tx.meta(lsn);
+    let rel = resolved.relations.first();
+    match msg {
+        Message::Relation(_) => {
+            return sink.event(&meta, EventRef::Relation(rel.ok_or_else(missing)?))
+        }
+        Message::Type(_) => {
+            let info = resolved.type_info.as_ref().ok_or_else(missing)?;
+            return sink.event(&meta, EventRef::Type(info));
+        }
+        Message::Origin(origin) => return sink.event(&meta, EventRef::Origin(origin)),
+        Message::Insert(m) => {
+            let relation = rel.ok_or_else(missing)?;
+            sink.event(
+                &meta,
+                EventRef::Insert {
+                    relation,
+                    row: &m.new,
+                },
+            )?;
+        }
+        Message::Update(m) => {
+            let relation = rel.ok_or_else(missing)?;
+            let old = m.old.as_ref().map(|(kind, values)| OldImage {
+                kind: *kind,
+                values,
+            });
+            let new = reconstruct_unchanged(relation, &m.new, old);
+            sink.event(
+                &meta,
+                EventRef::Update {
+                    relation,
+                    new: new.as_ref(),
+                    old,
+                },
+            )?;
+        }
+        Message::Delete(m) => {
+            let relation = rel.ok_or_else(missing)?;
+            let old = OldImage {
+                kind: m.old.0,
+                values: &m.old.1,
+            };
+            sink.event(&meta, EventRef::Delete { relation, old })?;
+        }
+        Message::Truncate(m) => {
+            sink.event(
+                &meta,
+                EventRef::Truncate {
+                    relations: &resolved.relations,
+                    options: m.options,
+                },
+            )?;
+        }
+        Message::Message(m) => sink.event(&meta, EventRef::Message(m))?,
+        _ => {
+            return Err(DecodeError::new(
+                kind,
+                0,
+                Reason::OutOfSequence("not a change"),
+            ))
+        }
+    }
+    tx.next_ordinal += 1;
+    Ok(())
+}
+
+/// Fills unchanged-TOAST values of an update's new row from the old image, exactly where
+/// the old image holds them: a full image ('O') for any column, a key image ('K') for the
+/// replica-identity columns. Anything else stays `UnchangedToast`: unknown, never guessed.
+pub fn reconstruct_unchanged<'n, 'a>(
+    relation: &Relation,
+    new: &'n [Datum<'a>],
+    old: Option<OldImage<'_, 'a>>,
+) -> Cow<'n, [Datum<'a>]> {
+    let Some(old) = old else {
+        return Cow::Borrowed(new);
+    };
+    if !new.iter().any(Datum::is_unchanged) {
+        return Cow::Borrowed(new);
+    }
+    let mut row = new.to_vec();
+    for (i, (value, old_value)) in row.iter_mut().zip(old.values).enumerate() {
+        if !value.is_unchanged() || old_value.is_unchanged() {
+            continue;
+        }
+        let recoverable = match old.kind {
+            OldKind::Full => true,
+            OldKind::Key => relation.columns.get(i).is_some_and(|c| c.is_key),
+        };
+        if recoverable {
+            *value = *old_value;
+        }
+    }
+    Cow::Owned(row)
+}
+
+impl Default for Decoder {
+    fn default() -> Self {
+        Self::new(DecoderConfig::default())
+    }
+}

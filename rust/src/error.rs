@@ -1,0 +1,202 @@
+//! Errors of the decoder layer.
+//!
+//! One type, [`DecodeError`], for every way a pgoutput byte stream can be wrong: it names
+//! the message kind and the byte offset inside that message, and never carries row values
+//! (errors end up in logs). The PyO3 layer maps it once onto `pgwire_cdc.errors.DecodeError`.
+
+use std::fmt;
+
+/// The pgoutput message kinds, by their tag byte
+/// (PostgreSQL docs, "Logical Replication Message Formats").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MessageKind {
+    Begin,
+    Commit,
+    Origin,
+    Relation,
+    Type,
+    Insert,
+    Update,
+    Delete,
+    Truncate,
+    Message,
+    StreamStart,
+    StreamStop,
+    StreamCommit,
+    StreamAbort,
+    BeginPrepare,
+    Prepare,
+    CommitPrepared,
+    RollbackPrepared,
+    StreamPrepare,
+    /// The tag byte itself is missing or not a pgoutput tag.
+    Unknown,
+}
+
+impl MessageKind {
+    /// The kind a tag byte announces, if it is a pgoutput tag.
+    pub fn from_tag(tag: u8) -> Option<Self> {
+        Some(match tag {
+            b'B' => Self::Begin,
+            b'C' => Self::Commit,
+            b'O' => Self::Origin,
+            b'R' => Self::Relation,
+            b'Y' => Self::Type,
+            b'I' => Self::Insert,
+            b'U' => Self::Update,
+            b'D' => Self::Delete,
+            b'T' => Self::Truncate,
+            b'M' => Self::Message,
+            b'S' => Self::StreamStart,
+            b'E' => Self::StreamStop,
+            b'c' => Self::StreamCommit,
+            b'A' => Self::StreamAbort,
+            b'b' => Self::BeginPrepare,
+            b'P' => Self::Prepare,
+            b'K' => Self::CommitPrepared,
+            b'r' => Self::RollbackPrepared,
+            b'p' => Self::StreamPrepare,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Begin => "Begin",
+            Self::Commit => "Commit",
+            Self::Origin => "Origin",
+            Self::Relation => "Relation",
+            Self::Type => "Type",
+            Self::Insert => "Insert",
+            Self::Update => "Update",
+            Self::Delete => "Delete",
+            Self::Truncate => "Truncate",
+            Self::Message => "Message",
+            Self::StreamStart => "Stream Start",
+            Self::StreamStop => "Stream Stop",
+            Self::StreamCommit => "Stream Commit",
+            Self::StreamAbort => "Stream Abort",
+            Self::BeginPrepare => "Begin Prepare",
+            Self::Prepare => "Prepare",
+            Self::CommitPrepared => "Commit Prepared",
+            Self::RollbackPrepared => "Rollback Prepared",
+            Self::StreamPrepare => "Stream Prepare",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for MessageKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What exactly was wrong. Kept as data so tests and callers can match on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reason {
+    /// The message ended before a field of `needed` bytes.
+    Truncated { field: &'static str, needed: usize },
+    /// A length field was negative (other than -1 where NULL is allowed) or larger than
+    /// the bytes that follow.
+    BadLength { field: &'static str, length: i64 },
+    /// A NUL-terminated string had no terminator.
+    UnterminatedString { field: &'static str },
+    /// A name or text value was not valid UTF-8.
+    InvalidUtf8 { field: &'static str },
+    /// The first byte is not a pgoutput message tag.
+    UnknownTag(u8),
+    /// A tuple submessage marker ('K', 'O', 'N') other than the ones allowed here.
+    UnexpectedMarker { expected: &'static str, found: u8 },
+    /// A TupleData column kind other than 'n', 'u', 't', 'b'.
+    UnknownColumnKind(u8),
+    /// A change names a relation OID no Relation message has described.
+    UnknownRelation(u32),
+    /// A tuple's column count differs from its relation's.
+    ColumnCountMismatch {
+        relation: u32,
+        expected: usize,
+        found: usize,
+    },
+    /// Bytes remain after the last field of the message.
+    TrailingBytes(usize),
+    /// The message is not valid at this point of the stream (e.g. Stream Stop outside a
+    /// streamed block, Begin inside a transaction).
+    OutOfSequence(&'static str),
+    /// The message needs a newer protocol version than the decoder was configured with.
+    NeedsProtocol { needed: u32, configured: u32 },
+    /// A field had a value the protocol does not allow.
+    BadValue { field: &'static str },
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Truncated { field, needed } => {
+                write!(f, "message ends before {field} ({needed} bytes needed)")
+            }
+            Self::BadLength { field, length } => write!(f, "bad {field} {length}"),
+            Self::UnterminatedString { field } => write!(f, "{field} is not NUL-terminated"),
+            Self::InvalidUtf8 { field } => write!(f, "{field} is not valid UTF-8"),
+            Self::UnknownTag(tag) => write!(f, "unknown message tag 0x{tag:02x}"),
+            Self::UnexpectedMarker { expected, found } => {
+                write!(f, "expected {expected}, found byte 0x{found:02x}")
+            }
+            Self::UnknownColumnKind(kind) => {
+                write!(f, "unknown TupleData column kind 0x{kind:02x}")
+            }
+            Self::UnknownRelation(oid) => {
+                write!(
+                    f,
+                    "relation OID {oid} was not described by a Relation message"
+                )
+            }
+            Self::ColumnCountMismatch {
+                relation,
+                expected,
+                found,
+            } => write!(
+                f,
+                "tuple has {found} columns but relation {relation} has {expected}"
+            ),
+            Self::TrailingBytes(n) => write!(f, "{n} unexpected bytes after the last field"),
+            Self::OutOfSequence(what) => f.write_str(what),
+            Self::NeedsProtocol { needed, configured } => write!(
+                f,
+                "message needs protocol version {needed}, decoder configured for {configured}"
+            ),
+            Self::BadValue { field } => write!(f, "invalid {field}"),
+        }
+    }
+}
+
+/// A malformed or out-of-sequence pgoutput message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    pub kind: MessageKind,
+    /// Byte offset inside the message where the problem was found.
+    pub offset: usize,
+    pub reason: Reason,
+}
+
+impl DecodeError {
+    pub fn new(kind: MessageKind, offset: usize, reason: Reason) -> Self {
+        Self {
+            kind,
+            offset,
+            reason,
+        }
+    }
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "malformed {} message at byte {}: {}",
+            self.kind, self.offset, self.reason
+        )
+    }
+}
+
+impl std::error::Error for DecodeError {}

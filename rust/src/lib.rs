@@ -1,0 +1,25 @@
+//! pgwire_cdc: PostgreSQL logical replication (pgoutput) decoded in Rust.
+//!
+//! Layers, bottom up:
+//! * [`wire`]: a bounds-checked cursor over one message's bytes;
+//! * [`protocol`]: every pgoutput message of protocol versions 1 to 4, parsed without
+//!   copying;
+//! * [`decoder`]: transaction framing, streamed and two-phase transaction assembly, the
+//!   relation cache and unchanged-TOAST reconstruction, feeding an [`sink::EventSink`];
+//! * [`event`]: owned events (the seed's event model) for debugging and tests;
+//! * `python` (feature `python`): the PyO3 binding, `pgwire_cdc._native`.
+
+pub mod decoder;
+pub mod error;
+pub mod event;
+pub mod lsn;
+pub mod protocol;
+pub mod relation;
+pub mod sink;
+pub mod wire;
+
+#[cfg(feature = "python")]
+mod python;
+
+pub use decoder::{Decoder, DecoderConfig};
+pub use error::{DecodeError, MessageKind, Reason};

@@ -1,0 +1,41 @@
+//! The one place where Rust errors become `pgwire_cdc.errors` exceptions.
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyType};
+
+use crate::error::DecodeError;
+
+static DECODE_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+fn errors_class(
+    py: Python<'_>,
+    cell: &'static PyOnceLock<Py<PyType>>,
+    name: &str,
+) -> PyResult<Py<PyType>> {
+    cell.get_or_try_init(py, || {
+        let module = py.import("pgwire_cdc.errors")?;
+        Ok::<_, PyErr>(module.getattr(name)?.cast_into::<PyType>()?.unbind())
+    })
+    .map(|t| t.clone_ref(py))
+}
+
+/// `pgwire_cdc.errors.DecodeError`, with the message kind, the byte offset and, for
+/// `feed_many`, the index of the failing message. Never any row value.
+pub fn decode_error(py: Python<'_>, err: &DecodeError, index: Option<usize>) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let class = errors_class(py, &DECODE_ERROR, "DecodeError")?;
+        let mut message = err.to_string();
+        if let Some(i) = index {
+            message = format!("message #{i}: {message}");
+        }
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("message_kind", err.kind.name())?;
+        kwargs.set_item("offset", err.offset)?;
+        kwargs.set_item("reason", err.reason.to_string())?;
+        kwargs.set_item("index", index)?;
+        let instance = class.bind(py).call((message,), Some(&kwargs))?;
+        Ok(PyErr::from_value(instance))
+    };
+    build().unwrap_or_else(|e| e)
+}

@@ -1,0 +1,27 @@
+//! The PyO3 binding: `pgwire_cdc._native`. Thin by design: Rust values in, Python objects
+//! out, errors mapped once (see `errors.rs`). The decoder itself knows nothing of Python.
+
+mod decoder;
+mod errors;
+mod event;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<decoder::PyDecoder>()?;
+    m.add_class::<event::PyEvent>()?;
+    m.add_class::<event::UnchangedToast>()?;
+    m.add("UNCHANGED_TOAST", event::UnchangedToast)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // Benchmarks refuse to measure a debug build.
+    m.add(
+        "BUILD_PROFILE",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+    )?;
+    Ok(())
+}

@@ -1,0 +1,137 @@
+//! A bounds-checked reader over one message's bytes.
+//!
+//! Every read returns a `Result`: pgoutput messages arrive whole (one per XLogData frame or
+//! per row of `pg_logical_slot_peek_binary_changes`), so running out of bytes is always a
+//! malformed message, never "need more input". Integers are big-endian (network order),
+//! strings are NUL-terminated, as in the PostgreSQL frontend/backend protocol.
+
+use crate::error::{DecodeError, MessageKind, Reason};
+
+pub struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    kind: MessageKind,
+}
+
+impl<'a> Cursor<'a> {
+    pub fn new(buf: &'a [u8], kind: MessageKind) -> Self {
+        Self { buf, pos: 0, kind }
+    }
+
+    /// Offset of the next unread byte.
+    pub fn offset(&self) -> usize {
+        self.pos
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos)
+    }
+
+    pub fn set_kind(&mut self, kind: MessageKind) {
+        self.kind = kind;
+    }
+
+    /// An error at the current offset.
+    pub fn error(&self, reason: Reason) -> DecodeError {
+        DecodeError::new(self.kind, self.pos, reason)
+    }
+
+    /// An error at an explicit offset (for a field already consumed).
+    pub fn error_at(&self, offset: usize, reason: Reason) -> DecodeError {
+        DecodeError::new(self.kind, offset, reason)
+    }
+
+    pub fn bytes(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&end| end <= self.buf.len())
+            .ok_or_else(|| self.error(Reason::Truncated { field, needed: n }))?;
+        let out = self
+            .buf
+            .get(self.pos..end)
+            .ok_or_else(|| self.error(Reason::Truncated { field, needed: n }))?;
+        self.pos = end;
+        Ok(out)
+    }
+
+    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], DecodeError> {
+        let bytes = self.bytes(N, field)?;
+        let mut out = [0u8; N];
+        out.copy_from_slice(bytes);
+        Ok(out)
+    }
+
+    pub fn u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {
+        Ok(u8::from_be_bytes(self.array::<1>(field)?))
+    }
+
+    pub fn i16(&mut self, field: &'static str) -> Result<i16, DecodeError> {
+        Ok(i16::from_be_bytes(self.array::<2>(field)?))
+    }
+
+    pub fn i32(&mut self, field: &'static str) -> Result<i32, DecodeError> {
+        Ok(i32::from_be_bytes(self.array::<4>(field)?))
+    }
+
+    pub fn u32(&mut self, field: &'static str) -> Result<u32, DecodeError> {
+        Ok(u32::from_be_bytes(self.array::<4>(field)?))
+    }
+
+    pub fn i64(&mut self, field: &'static str) -> Result<i64, DecodeError> {
+        Ok(i64::from_be_bytes(self.array::<8>(field)?))
+    }
+
+    pub fn u64(&mut self, field: &'static str) -> Result<u64, DecodeError> {
+        Ok(u64::from_be_bytes(self.array::<8>(field)?))
+    }
+
+    /// A NUL-terminated UTF-8 string (the terminator is consumed, not returned).
+    pub fn cstr(&mut self, field: &'static str) -> Result<&'a str, DecodeError> {
+        let start = self.pos;
+        let rest = self.buf.get(start..).unwrap_or_default();
+        let len = rest
+            .iter()
+            .position(|&b| b == 0)
+            .ok_or_else(|| self.error(Reason::UnterminatedString { field }))?;
+        let raw = rest.get(..len).unwrap_or_default();
+        let s = std::str::from_utf8(raw)
+            .map_err(|e| self.error_at(start + e.valid_up_to(), Reason::InvalidUtf8 { field }))?;
+        self.pos = start + len + 1;
+        Ok(s)
+    }
+
+    /// An Int32 length followed by that many bytes. A negative length, or one longer than
+    /// the bytes present, is an error before anything is allocated or sliced.
+    pub fn counted(&mut self, field: &'static str) -> Result<&'a [u8], DecodeError> {
+        let at = self.pos;
+        let len = self.i32(field)?;
+        let len = usize::try_from(len).map_err(|_| {
+            self.error_at(
+                at,
+                Reason::BadLength {
+                    field,
+                    length: i64::from(len),
+                },
+            )
+        })?;
+        if len > self.remaining() {
+            return Err(self.error_at(
+                at,
+                Reason::BadLength {
+                    field,
+                    length: len as i64,
+                },
+            ));
+        }
+        self.bytes(len, field)
+    }
+
+    /// The message must end here.
+    pub fn finish(&self) -> Result<(), DecodeError> {
+        match self.remaining() {
+            0 => Ok(()),
+            n => Err(self.error(Reason::TrailingBytes(n))),
+        }
+    }
+}
