@@ -14,7 +14,7 @@ help:
 	@echo "make demo      decode a real workload from a throwaway PostgreSQL and print the events"
 	@echo "make test      lint, Rust tests, build the extension, pytest against PostgreSQL 15 and 18"
 	@echo "make bench     criterion + pytest-benchmark (release build), writes benches/results/"
-	@echo "make fuzz      run the proptest fuzz targets for longer (FUZZ_CASES=...)"
+	@echo "make fuzz      run every proptest fuzz target for FUZZ_SECONDS (default 600) each"
 	@echo "make captures  re-record the golden pgoutput captures in tests/fixtures/captures"
 
 $(STAMP): requirements-dev.txt
@@ -58,9 +58,10 @@ bench-rust:
 bench-py: build
 	$(VENV)/bin/pytest benches -q --benchmark-only
 
-FUZZ_CASES ?= 2000000
+# Each proptest fuzz target of tests/fuzz.rs runs this long (seconds).
+FUZZ_SECONDS ?= 600
 fuzz:
-	PROPTEST_CASES=$(FUZZ_CASES) cargo test --release --test fuzz -- --nocapture
+	PGWIRE_CDC_FUZZ_SECONDS=$(FUZZ_SECONDS) cargo test --release --test fuzz -- --nocapture
 
 clean:
 	rm -rf $(VENV) target

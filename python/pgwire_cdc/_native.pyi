@@ -16,7 +16,9 @@ Value = str | bytes | None | UnchangedToast
 
 @final
 class Decoder:
-    def __init__(self, proto_version: int = 1, binary: bool = False) -> None: ...
+    def __init__(
+        self, proto_version: int = 1, binary: bool = False, *, keep_events: bool = True
+    ) -> None: ...
     @property
     def proto_version(self) -> int: ...
     @property

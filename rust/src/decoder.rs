@@ -682,3 +682,7 @@ impl Default for Decoder {
         Self::new(DecoderConfig::default())
     }
 }
+
+#[cfg(test)]
+#[path = "decoder_tests.rs"]
+mod tests;

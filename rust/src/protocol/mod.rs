@@ -552,3 +552,6 @@ fn old_kind(marker: u8) -> OldKind {
         OldKind::Key
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -8,6 +8,7 @@ use pyo3::pybacked::PyBackedBytes;
 
 use crate::decoder::{Decoder, DecoderConfig};
 use crate::event::EventCollector;
+use crate::sink::NullSink;
 
 use super::errors::decode_error;
 use super::event::PyEvent;
@@ -15,6 +16,18 @@ use super::event::PyEvent;
 struct State {
     decoder: Decoder,
     events: EventCollector,
+    /// False: events are checked and discarded (a consumer that only wants tables).
+    keep_events: bool,
+}
+
+impl State {
+    fn feed(&mut self, message: &[u8], lsn: u64) -> Result<(), crate::error::DecodeError> {
+        if self.keep_events {
+            self.decoder.feed(message, lsn, &mut self.events)
+        } else {
+            self.decoder.feed(message, lsn, &mut NullSink::default())
+        }
+    }
 }
 
 #[pyclass(frozen, module = "pgwire_cdc._native", name = "Decoder")]
@@ -33,8 +46,8 @@ impl PyDecoder {
 #[pymethods]
 impl PyDecoder {
     #[new]
-    #[pyo3(signature = (proto_version = 1, binary = false))]
-    fn new(proto_version: u32, binary: bool) -> PyResult<Self> {
+    #[pyo3(signature = (proto_version = 1, binary = false, *, keep_events = true))]
+    fn new(proto_version: u32, binary: bool, keep_events: bool) -> PyResult<Self> {
         if !(1..=4).contains(&proto_version) {
             return Err(PyValueError::new_err(format!(
                 "proto_version must be 1, 2, 3 or 4 (got {proto_version})"
@@ -47,6 +60,7 @@ impl PyDecoder {
                     binary,
                 }),
                 events: EventCollector::default(),
+                keep_events,
             }),
         })
     }
@@ -75,10 +89,8 @@ impl PyDecoder {
 
     #[pyo3(signature = (message, lsn = 0))]
     fn feed(&self, py: Python<'_>, message: PyBackedBytes, lsn: u64) -> PyResult<()> {
-        let mut guard = self.lock()?;
-        let State { decoder, events } = &mut *guard;
-        decoder
-            .feed(&message, lsn, events)
+        self.lock()?
+            .feed(&message, lsn)
             .map_err(|e| decode_error(py, &e, None))
     }
 
@@ -101,11 +113,11 @@ impl PyDecoder {
             }
         }
         let mut guard = self.lock()?;
-        let State { decoder, events } = &mut *guard;
+        let state: &mut State = &mut guard;
         let result = py.detach(|| {
             for (i, message) in messages.iter().enumerate() {
                 let lsn = lsns.as_ref().and_then(|l| l.get(i)).copied().unwrap_or(0);
-                decoder.feed(message, lsn, events).map_err(|e| (i, e))?;
+                state.feed(message, lsn).map_err(|e| (i, e))?;
             }
             Ok(())
         });

@@ -1,0 +1,437 @@
+//! State-machine tests of the decoder on hand-built messages: transaction framing, the
+//! relation cache, streamed and prepared transactions, unchanged TOAST, bad sequences.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
+
+use super::*;
+use crate::error::MessageKind;
+use crate::event::{EventBody, EventCollector, OldRow, UpdatedRow, Value};
+use crate::protocol::tests::Bytes;
+
+const REL: i32 = 16384;
+
+fn relation(xid: Option<i32>, ident: u8, cols: &[(&str, bool)]) -> Vec<u8> {
+    let mut b = Bytes::tag(b'R');
+    if let Some(x) = xid {
+        b = b.i32(x);
+    }
+    b = b
+        .i32(REL)
+        .s("public")
+        .s("t")
+        .u8(ident)
+        .i16(cols.len() as i16);
+    for (name, key) in cols {
+        b = b.u8(u8::from(*key)).s(name).i32(25).i32(-1);
+    }
+    b.0
+}
+
+fn insert(xid: Option<i32>, values: &[&str]) -> Vec<u8> {
+    let mut b = Bytes::tag(b'I');
+    if let Some(x) = xid {
+        b = b.i32(x);
+    }
+    b = b.i32(REL).u8(b'N').i16(values.len() as i16);
+    for v in values {
+        b = b.text(v);
+    }
+    b.0
+}
+
+fn begin(final_lsn: u64, xid: i32) -> Vec<u8> {
+    Bytes::tag(b'B').u64(final_lsn).u64(1_000_000).i32(xid).0
+}
+
+fn commit(lsn: u64) -> Vec<u8> {
+    Bytes::tag(b'C')
+        .u8(0)
+        .u64(lsn)
+        .u64(lsn + 8)
+        .u64(1_000_000)
+        .0
+}
+
+struct Run {
+    dec: Decoder,
+    out: EventCollector,
+}
+
+impl Run {
+    fn new(proto_version: u32) -> Self {
+        Self {
+            dec: Decoder::new(DecoderConfig {
+                proto_version,
+                binary: false,
+            }),
+            out: EventCollector::default(),
+        }
+    }
+    fn feed(&mut self, bytes: &[u8], lsn: u64) -> Result<(), DecodeError> {
+        self.dec.feed(bytes, lsn, &mut self.out)
+    }
+    fn ok(&mut self, bytes: Vec<u8>, lsn: u64) -> &mut Self {
+        self.feed(&bytes, lsn).unwrap();
+        self
+    }
+    fn kinds(&self) -> Vec<&'static str> {
+        self.out.events.iter().map(|e| e.body.kind()).collect()
+    }
+    fn inserted(&self) -> Vec<String> {
+        self.out
+            .events
+            .iter()
+            .filter_map(|e| match &e.body {
+                EventBody::Insert { row, .. } => match &row[0] {
+                    Value::Text(s) => Some(s.clone()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn plain_transaction_numbers_changes_and_carries_the_commit_lsn() {
+    let mut r = Run::new(1);
+    r.ok(begin(0x500, 9), 0x100)
+        .ok(relation(None, b'd', &[("id", true), ("v", false)]), 0x110)
+        .ok(insert(None, &["1", "a"]), 0x120)
+        .ok(insert(None, &["2", "b"]), 0x130)
+        .ok(commit(0x500), 0x500);
+    assert_eq!(
+        r.kinds(),
+        ["begin", "relation", "insert", "insert", "commit"]
+    );
+    let ev = &r.out.events;
+    assert!(ev
+        .iter()
+        .all(|e| e.meta.commit_lsn == Some(0x500) && e.meta.xid == Some(9)));
+    let ordinals: Vec<u64> = ev.iter().map(|e| e.meta.tx_ordinal).collect();
+    assert_eq!(ordinals, [0, 0, 0, 1, 2]);
+    assert_eq!(ev[3].meta.start_lsn, 0x130);
+}
+
+#[test]
+fn unknown_relation_and_column_count_fail_without_changing_state() {
+    let mut r = Run::new(1);
+    r.ok(begin(0x500, 9), 1);
+    let e = r.feed(&insert(None, &["1"]), 2).unwrap_err();
+    assert_eq!(e.reason, Reason::UnknownRelation(REL as u32));
+    assert_eq!((e.kind, e.offset), (MessageKind::Insert, 1));
+    r.ok(relation(None, b'd', &[("id", true), ("v", false)]), 3);
+    let e = r.feed(&insert(None, &["1"]), 4).unwrap_err();
+    assert_eq!(
+        e.reason,
+        Reason::ColumnCountMismatch {
+            relation: REL as u32,
+            expected: 2,
+            found: 1
+        }
+    );
+    r.ok(insert(None, &["1", "x"]), 5).ok(commit(0x500), 6);
+    assert_eq!(r.kinds(), ["begin", "relation", "insert", "commit"]);
+    assert_eq!(r.out.events[2].meta.tx_ordinal, 0);
+}
+
+#[test]
+fn out_of_sequence_messages_are_errors() {
+    let mut r = Run::new(4);
+    assert!(matches!(
+        r.feed(&Bytes::tag(b'E').0, 1).unwrap_err().reason,
+        Reason::OutOfSequence(_)
+    ));
+    r.ok(begin(0x500, 9), 1);
+    assert!(r.feed(&begin(0x600, 10), 2).is_err());
+    assert!(r.feed(&Bytes::tag(b'S').i32(5).u8(1).0, 3).is_err());
+    r.ok(commit(0x500), 4);
+    r.ok(Bytes::tag(b'S').i32(5).u8(1).0, 5);
+    assert!(r.feed(&Bytes::tag(b'S').i32(6).u8(1).0, 6).is_err());
+    assert!(r
+        .feed(&Bytes::tag(b'c').i32(5).u8(0).u64(1).u64(2).u64(3).0, 7)
+        .is_err());
+}
+
+#[test]
+fn streamed_transaction_is_delivered_once_at_commit_without_aborted_subtransactions() {
+    let mut r = Run::new(2);
+    let start = |xid: i32, first: u8| Bytes::tag(b'S').i32(xid).u8(first).0;
+    let stop = || Bytes::tag(b'E').0;
+    r.ok(start(700, 1), 1)
+        .ok(relation(Some(700), b'd', &[("id", true)]), 2)
+        .ok(insert(Some(700), &["1"]), 3)
+        .ok(insert(Some(701), &["2"]), 4) // in subtransaction 701
+        .ok(stop(), 5);
+    // A plain transaction commits while 700 is still open.
+    r.ok(begin(0x300, 800), 6)
+        .ok(relation(None, b'd', &[("id", true)]), 7)
+        .ok(insert(None, &["10"]), 8)
+        .ok(commit(0x300), 9);
+    r.ok(start(700, 0), 10)
+        .ok(insert(Some(702), &["3"]), 11)
+        .ok(stop(), 12);
+    r.ok(Bytes::tag(b'A').i32(700).i32(701).0, 13); // ROLLBACK TO SAVEPOINT
+    assert_eq!(r.inserted(), ["10"]);
+    assert_eq!(r.dec.pending_transactions(), 1);
+    r.ok(
+        Bytes::tag(b'c')
+            .i32(700)
+            .u8(0)
+            .u64(0x900)
+            .u64(0x908)
+            .u64(5)
+            .0,
+        14,
+    );
+    assert_eq!(r.inserted(), ["10", "1", "3"]);
+    let streamed: Vec<_> = r
+        .out
+        .events
+        .iter()
+        .filter(|e| e.meta.commit_lsn == Some(0x900))
+        .collect();
+    let kinds: Vec<_> = streamed.iter().map(|e| e.body.kind()).collect();
+    assert_eq!(kinds, ["relation", "insert", "insert", "stream_commit"]);
+    let ordinals: Vec<_> = streamed.iter().map(|e| e.meta.tx_ordinal).collect();
+    assert_eq!(ordinals, [0, 0, 1, 2]);
+    assert!(streamed.iter().all(|e| e.meta.xid == Some(700)));
+    assert_eq!(r.dec.pending_transactions(), 0);
+}
+
+#[test]
+fn aborted_streamed_transaction_leaves_nothing_and_its_schema_stays_private() {
+    let mut r = Run::new(2);
+    r.ok(begin(0x100, 1), 1)
+        .ok(relation(None, b'd', &[("id", true)]), 2)
+        .ok(commit(0x100), 3)
+        .ok(Bytes::tag(b'S').i32(700).u8(1).0, 4)
+        .ok(
+            relation(Some(700), b'd', &[("id", true), ("extra", false)]),
+            5,
+        )
+        .ok(insert(Some(700), &["1", "x"]), 6)
+        .ok(Bytes::tag(b'E').0, 7)
+        .ok(Bytes::tag(b'A').i32(700).i32(700).0, 8);
+    assert!(r.inserted().is_empty());
+    // Outside the aborted stream the relation still has one column.
+    r.ok(begin(0x200, 2), 9)
+        .ok(insert(None, &["5"]), 10)
+        .ok(commit(0x200), 11);
+    assert_eq!(r.inserted(), ["5"]);
+}
+
+#[test]
+fn prepared_transaction_waits_for_commit_prepared_and_rollback_drops_it() {
+    let mut r = Run::new(3);
+    let bp = |gid: &str| {
+        Bytes::tag(b'b')
+            .u64(0x100)
+            .u64(0x108)
+            .u64(1)
+            .i32(9)
+            .s(gid)
+            .0
+    };
+    let p = |gid: &str| {
+        Bytes::tag(b'P')
+            .u8(0)
+            .u64(0x100)
+            .u64(0x108)
+            .u64(1)
+            .i32(9)
+            .s(gid)
+            .0
+    };
+    r.ok(bp("g1"), 1)
+        .ok(relation(None, b'd', &[("id", true)]), 2)
+        .ok(insert(None, &["1"]), 3)
+        .ok(p("g1"), 4)
+        .ok(bp("g2"), 5)
+        .ok(insert(None, &["2"]), 6)
+        .ok(p("g2"), 7);
+    assert!(r.out.events.is_empty());
+    r.ok(
+        Bytes::tag(b'r')
+            .u8(0)
+            .u64(1)
+            .u64(2)
+            .u64(3)
+            .u64(4)
+            .i32(9)
+            .s("g2")
+            .0,
+        8,
+    );
+    assert_eq!(r.kinds(), ["rollback_prepared"]);
+    r.ok(
+        Bytes::tag(b'K')
+            .u8(0)
+            .u64(0x400)
+            .u64(0x408)
+            .u64(5)
+            .i32(9)
+            .s("g1")
+            .0,
+        9,
+    );
+    assert_eq!(
+        r.kinds(),
+        [
+            "rollback_prepared",
+            "begin_prepare",
+            "relation",
+            "insert",
+            "prepare",
+            "commit_prepared"
+        ]
+    );
+    assert_eq!(r.inserted(), ["1"]);
+    assert!(r.out.events[1..]
+        .iter()
+        .all(|e| e.meta.commit_lsn == Some(0x400)));
+    // Prepare must name the GID Begin Prepare announced.
+    r.ok(bp("g3"), 10);
+    assert!(r.feed(&p("other"), 11).is_err());
+}
+
+fn update(old: Option<(u8, &[Option<&str>])>, new: &[Option<&str>]) -> Vec<u8> {
+    // None = unchanged TOAST; Some("\0") = NULL.
+    let tuple = |mut b: Bytes, vals: &[Option<&str>]| {
+        b = b.i16(vals.len() as i16);
+        for v in vals {
+            b = match v {
+                None => b.u8(b'u'),
+                Some("\0") => b.u8(b'n'),
+                Some(s) => b.text(s),
+            };
+        }
+        b
+    };
+    let mut b = Bytes::tag(b'U').i32(REL);
+    if let Some((marker, vals)) = old {
+        b = tuple(b.u8(marker), vals);
+    }
+    tuple(b.u8(b'N'), new).0
+}
+
+fn single_update(ident: u8, cols: &[(&str, bool)], msg: Vec<u8>) -> EventBody {
+    let mut r = Run::new(1);
+    r.ok(begin(0x100, 1), 1)
+        .ok(relation(None, ident, cols), 2)
+        .ok(msg, 3);
+    r.out.events.pop().unwrap().body
+}
+
+#[test]
+fn unchanged_toast_is_filled_only_where_the_seed_allows() {
+    let t = |s: &str| Value::Text(s.to_owned());
+    let cols = [("id", true), ("note", false), ("big", false)];
+    // No old image: partial, column 2 missing.
+    let EventBody::Update { new, old, .. } =
+        single_update(b'd', &cols, update(None, &[Some("1"), Some("b"), None]))
+    else {
+        panic!()
+    };
+    assert_eq!(
+        new,
+        UpdatedRow::Partial {
+            values: vec![t("1"), t("b")],
+            missing_column_indexes: vec![2],
+            total_columns: 3
+        }
+    );
+    assert_eq!(old, None);
+    // Key image: the key column (0) can be filled, the others cannot.
+    let EventBody::Update { new, old, .. } = single_update(
+        b'd',
+        &cols,
+        update(
+            Some((b'K', &[Some("1"), Some("\0"), Some("\0")])),
+            &[None, Some("b"), None],
+        ),
+    ) else {
+        panic!()
+    };
+    assert_eq!(
+        new,
+        UpdatedRow::Partial {
+            values: vec![t("1"), t("b")],
+            missing_column_indexes: vec![2],
+            total_columns: 3
+        }
+    );
+    assert_eq!(old, Some(OldRow::Key(vec![t("1")])));
+    // Full image: everything can be filled.
+    let all = [("id", true), ("note", true), ("big", true)];
+    let EventBody::Update { new, old, .. } = single_update(
+        b'f',
+        &all,
+        update(
+            Some((b'O', &[Some("1"), Some("a"), Some("BIG")])),
+            &[Some("1"), Some("b"), None],
+        ),
+    ) else {
+        panic!()
+    };
+    assert_eq!(new, UpdatedRow::Full(vec![t("1"), t("b"), t("BIG")]));
+    assert_eq!(old, Some(OldRow::Full(vec![t("1"), t("a"), t("BIG")])));
+    // A full image that itself lacks the value cannot supply it.
+    let EventBody::Update { new, .. } = single_update(
+        b'f',
+        &all,
+        update(
+            Some((b'O', &[Some("1"), Some("a"), None])),
+            &[Some("1"), Some("b"), None],
+        ),
+    ) else {
+        panic!()
+    };
+    assert!(
+        matches!(new, UpdatedRow::Partial { ref missing_column_indexes, .. } if missing_column_indexes == &[2])
+    );
+}
+
+#[test]
+fn key_images_are_densely_packed_in_column_order() {
+    let cols = [("a", false), ("k2", true), ("b", false), ("k4", true)];
+    let mut r = Run::new(1);
+    r.ok(begin(0x100, 1), 1).ok(relation(None, b'i', &cols), 2);
+    let delete = Bytes::tag(b'D')
+        .i32(REL)
+        .u8(b'K')
+        .i16(4)
+        .u8(b'n')
+        .text("x")
+        .u8(b'n')
+        .text("y")
+        .0;
+    r.ok(delete, 3);
+    let EventBody::Delete { old, .. } = &r.out.events[2].body else {
+        panic!()
+    };
+    assert_eq!(
+        old,
+        &OldRow::Key(vec![Value::Text("x".into()), Value::Text("y".into())])
+    );
+}
+
+#[test]
+fn relation_resent_after_ddl_changes_how_later_rows_are_read() {
+    let mut r = Run::new(1);
+    r.ok(begin(0x100, 1), 1)
+        .ok(relation(None, b'd', &[("id", true)]), 2)
+        .ok(insert(None, &["1"]), 3)
+        .ok(commit(0x100), 4)
+        .ok(begin(0x200, 2), 5)
+        .ok(relation(None, b'd', &[("id", true), ("added", false)]), 6)
+        .ok(insert(None, &["2", "x"]), 7)
+        .ok(commit(0x200), 8);
+    assert!(r.feed(&insert(None, &["3"]), 9).is_err());
+    assert_eq!(r.dec.relation(REL as u32).unwrap().columns.len(), 2);
+}

@@ -1,0 +1,222 @@
+//! Fuzz targets on stable Rust (proptest), one per byte-level entry point:
+//!
+//! * `parse_message`: arbitrary bytes, every protocol version, inside and outside streams;
+//! * `decoder_feed`: whole golden captures with one message mutated (flipped, truncated,
+//!   extended, spliced), so the state machine sees realistic, almost-valid input;
+//! * `parse_lsn`: arbitrary strings.
+//!
+//! The property is always the same: an `Ok` or a `DecodeError`, never a panic, and an
+//! error's offset inside the message. By default each target runs a few thousand cases (part
+//! of `make test`); `PGWIRE_CDC_FUZZ_SECONDS=600 make fuzz` runs each for ten minutes.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use pgwire_cdc::protocol::{parse_message, ParseContext};
+use pgwire_cdc::sink::NullSink;
+use pgwire_cdc::{Decoder, DecoderConfig};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+/// Runs `test` over `strategy` for the configured time, or a fixed number of cases.
+fn run<S: Strategy>(name: &str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>)
+where
+    S::Value: std::fmt::Debug,
+{
+    let seconds: u64 = std::env::var("PGWIRE_CDC_FUZZ_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut total = 0u64;
+    loop {
+        let cases = 2_000;
+        let mut runner = TestRunner::new(Config {
+            cases,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        if let Err(e) = runner.run(&strategy, &test) {
+            panic!("fuzz target {name} failed: {e}");
+        }
+        total += u64::from(cases);
+        if Instant::now() >= deadline {
+            break;
+        }
+    }
+    if seconds > 0 {
+        println!("fuzz target {name}: {total} cases in {seconds} s, clean");
+    }
+}
+
+fn contexts() -> impl Strategy<Value = ParseContext> {
+    (1u32..=4, any::<bool>()).prop_map(|(proto_version, in_stream)| ParseContext {
+        proto_version,
+        in_stream: in_stream && proto_version >= 2,
+    })
+}
+
+fn seed_messages() -> Vec<Vec<u8>> {
+    common::captures()
+        .into_iter()
+        .flat_map(|c| c.messages.into_iter().map(|(_, b)| b))
+        .filter(|b| b.len() < 4096)
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+enum Mutation {
+    Flip { at: usize, value: u8 },
+    Truncate { len: usize },
+    Insert { at: usize, bytes: Vec<u8> },
+    SetI32 { at: usize, value: i32 },
+}
+
+fn apply(mut bytes: Vec<u8>, mutations: &[Mutation]) -> Vec<u8> {
+    for m in mutations {
+        let n = bytes.len().max(1);
+        match m {
+            Mutation::Flip { at, value } => {
+                if let Some(b) = bytes.get_mut(at % n) {
+                    *b = *value;
+                }
+            }
+            Mutation::Truncate { len } => bytes.truncate(len % n),
+            Mutation::Insert { at, bytes: extra } => {
+                let at = (at % n).min(bytes.len());
+                bytes.splice(at..at, extra.iter().copied());
+            }
+            Mutation::SetI32 { at, value } => {
+                let at = at % n;
+                if at + 4 <= bytes.len() {
+                    bytes[at..at + 4].copy_from_slice(&value.to_be_bytes());
+                }
+            }
+        }
+    }
+    bytes
+}
+
+fn mutations() -> impl Strategy<Value = Vec<Mutation>> {
+    let one = prop_oneof![
+        (any::<usize>(), any::<u8>()).prop_map(|(at, value)| Mutation::Flip { at, value }),
+        any::<usize>().prop_map(|len| Mutation::Truncate { len }),
+        (any::<usize>(), proptest::collection::vec(any::<u8>(), 1..8))
+            .prop_map(|(at, bytes)| Mutation::Insert { at, bytes }),
+        (
+            any::<usize>(),
+            prop_oneof![
+                Just(-1),
+                Just(-2),
+                Just(i32::MAX),
+                Just(i32::MIN),
+                Just(65_536),
+                any::<i32>()
+            ]
+        )
+            .prop_map(|(at, value)| Mutation::SetI32 { at, value }),
+    ];
+    proptest::collection::vec(one, 1..4)
+}
+
+#[test]
+fn fuzz_parse_message_arbitrary_bytes() {
+    run(
+        "parse_message",
+        (proptest::collection::vec(any::<u8>(), 0..256), contexts()),
+        |(bytes, ctx)| {
+            if let Err(e) = parse_message(&bytes, ctx) {
+                prop_assert!(e.offset <= bytes.len());
+            }
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn fuzz_parse_message_mutated_captures() {
+    let seeds = seed_messages();
+    let strategy = (0..seeds.len(), mutations(), contexts());
+    run("parse_message_mutated", strategy, |(i, muts, ctx)| {
+        let bytes = apply(seeds[i].clone(), &muts);
+        if let Err(e) = parse_message(&bytes, ctx) {
+            prop_assert!(e.offset <= bytes.len());
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn fuzz_decoder_feed_mutated_streams() {
+    let captures = common::captures();
+    let strategy = (0..captures.len(), any::<usize>(), mutations());
+    run("decoder_feed", strategy, |(c, at, muts)| {
+        let cap = &captures[c];
+        let mut dec = Decoder::new(DecoderConfig {
+            proto_version: cap.proto_version,
+            binary: cap.binary,
+        });
+        let mut sink = NullSink::default();
+        let target = at % cap.messages.len();
+        for (i, (lsn, bytes)) in cap.messages.iter().enumerate() {
+            let bytes = if i == target {
+                apply(bytes.clone(), &muts)
+            } else {
+                bytes.clone()
+            };
+            if let Err(e) = dec.feed(&bytes, *lsn, &mut sink) {
+                prop_assert!(e.offset <= bytes.len());
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn fuzz_decoder_feed_arbitrary_sequences() {
+    let seeds = seed_messages();
+    let strategy = (
+        1u32..=4,
+        proptest::collection::vec((0..seeds.len(), proptest::option::of(mutations())), 1..40),
+    );
+    run(
+        "decoder_feed_sequences",
+        strategy,
+        |(proto_version, picks)| {
+            let mut dec = Decoder::new(DecoderConfig {
+                proto_version,
+                binary: true,
+            });
+            let mut sink = NullSink::default();
+            for (i, muts) in picks {
+                let bytes = match muts {
+                    Some(m) => apply(seeds[i].clone(), &m),
+                    None => seeds[i].clone(),
+                };
+                let _ = dec.feed(&bytes, 0, &mut sink);
+            }
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn fuzz_parse_lsn() {
+    run("parse_lsn", "\\PC{0,24}", |s| {
+        if let Ok(v) = pgwire_cdc::lsn::parse_lsn(&s) {
+            prop_assert_eq!(
+                pgwire_cdc::lsn::parse_lsn(&pgwire_cdc::lsn::format_lsn(v)),
+                Ok(v)
+            );
+        }
+        Ok(())
+    });
+}
