@@ -47,5 +47,7 @@ class SlotError(Error):
     """The replication slot is missing, in use by another session, or invalidated."""
 
 
-class ConnectionError(Error, builtins.ConnectionError):  # noqa: A001 - the contract's name
+# The contract names it ConnectionError; it is also the builtin, so `except ConnectionError`
+# catches it either way.
+class ConnectionError(Error, builtins.ConnectionError):
     """The connection to PostgreSQL failed or was lost."""
