@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.deps-stamp
 
-.PHONY: help venv build test lint rust-test pytest demo bench bench-rust bench-py fuzz captures clean
+.PHONY: help venv build test lint rust-test pytest demo bench bench-capture bench-rust bench-py fuzz captures clean
 
 help:
 	@echo "make demo      decode a real workload from a throwaway PostgreSQL and print the events"
@@ -50,13 +50,22 @@ demo: build
 captures: build
 	$(PY) tests/capture/record.py
 
-bench: bench-rust bench-py
+bench: bench-capture bench-rust bench-py
 
-bench-rust:
+# The 1,000,000-insert capture the benches read (benches/.cache, recorded once).
+bench-capture: build
+	$(PY) benches/capture_stream.py
+
+bench-rust: bench-capture
 	cargo bench --bench decode
 
-bench-py: build
+# pypgoutput is installed without its psycopg2 dependency (a source build needing libpq
+# headers); benches/requirements.txt has what its modules import.
+bench-py: build bench-capture
+	$(PIP) install -q --no-deps pypgoutput==0.0.3
+	$(PIP) install -q -r benches/requirements.txt
 	$(VENV)/bin/pytest benches -q --benchmark-only
+	$(PY) benches/report.py
 
 # Each proptest fuzz target of tests/fuzz.rs runs this long (seconds).
 FUZZ_SECONDS ?= 600

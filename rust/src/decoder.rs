@@ -79,9 +79,38 @@ impl TxMeta {
 
 /// What a message refers to, looked up when it arrived.
 #[derive(Debug, Clone, Default)]
-struct Resolved {
-    relations: Vec<Arc<Relation>>,
-    type_info: Option<Arc<TypeInfo>>,
+enum Resolved {
+    #[default]
+    Nothing,
+    /// Relation, Insert, Update, Delete.
+    Relation(Arc<Relation>),
+    /// Truncate.
+    Relations(Vec<Arc<Relation>>),
+    Type(Arc<TypeInfo>),
+}
+
+impl Resolved {
+    fn relation(&self) -> Option<&Arc<Relation>> {
+        match self {
+            Resolved::Relation(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    fn relations(&self) -> &[Arc<Relation>] {
+        match self {
+            Resolved::Relation(r) => std::slice::from_ref(r),
+            Resolved::Relations(v) => v,
+            _ => &[],
+        }
+    }
+
+    fn type_info(&self) -> Option<&Arc<TypeInfo>> {
+        match self {
+            Resolved::Type(t) => Some(t),
+            _ => None,
+        }
+    }
 }
 
 /// A held message of a streamed or prepared transaction.
@@ -122,9 +151,6 @@ pub struct Decoder {
     relations: HashMap<u32, Arc<Relation>>,
     types: HashMap<u32, Arc<TypeInfo>>,
     state: TxState,
-    /// Ordinals of events fed outside any transaction (a stream slice that starts
-    /// mid-transaction): delivered as they come, without a commit LSN.
-    loose: TxMeta,
     /// Top-level xid of the streamed block being received.
     open_stream: Option<u32>,
     streams: HashMap<u32, HeldTx>,
@@ -138,7 +164,6 @@ impl Decoder {
             relations: HashMap::new(),
             types: HashMap::new(),
             state: TxState::Idle,
-            loose: TxMeta::default(),
             open_stream: None,
             streams: HashMap::new(),
             prepared: HashMap::new(),
@@ -198,19 +223,11 @@ impl Decoder {
                 Ok(())
             }
             Message::Commit(commit) => {
-                let mut tx = match &self.state {
-                    TxState::Plain(tx) => *tx,
-                    TxState::Idle if self.open_stream.is_none() => TxMeta {
-                        commit_lsn: Some(commit.commit_lsn),
-                        commit_timestamp: Some(commit.timestamp),
-                        ..self.loose
-                    },
-                    _ => return Err(seq_err("Commit outside a plain transaction")),
+                let TxState::Plain(tx) = &self.state else {
+                    return Err(seq_err("Commit without Begin"));
                 };
-                tx.commit_lsn = Some(commit.commit_lsn);
                 sink.event(&tx.meta(lsn), EventRef::Commit(commit))?;
                 self.state = TxState::Idle;
-                self.loose = TxMeta::default();
                 Ok(())
             }
             Message::StreamStart(start) => {
@@ -387,7 +404,7 @@ impl Decoder {
         if let Some(xid) = self.open_stream {
             let held = self.streams.entry(xid).or_default();
             if let Message::Relation(r) = msg {
-                if let Some(rel) = resolved.relations.first() {
+                if let Some(rel) = resolved.relation() {
                     held.relations.insert(r.oid, Arc::clone(rel));
                 }
             }
@@ -396,6 +413,13 @@ impl Decoder {
             return Ok(());
         }
 
+        if matches!(self.state, TxState::Idle) {
+            return Err(DecodeError::new(
+                msg.kind(),
+                0,
+                Reason::OutOfSequence("change outside a transaction (no Begin)"),
+            ));
+        }
         self.remember_schema(msg, &resolved);
         match &mut self.state {
             TxState::Preparing { held, .. } => {
@@ -403,7 +427,7 @@ impl Decoder {
                 Ok(())
             }
             TxState::Plain(tx) => dispatch(msg, &resolved, lsn, tx, sink),
-            TxState::Idle => dispatch(msg, &resolved, lsn, &mut self.loose, sink),
+            TxState::Idle => Ok(()),
         }
     }
 
@@ -411,12 +435,12 @@ impl Decoder {
     fn remember_schema(&mut self, msg: &Message<'_>, resolved: &Resolved) {
         match msg {
             Message::Relation(r) => {
-                if let Some(rel) = resolved.relations.first() {
+                if let Some(rel) = resolved.relation() {
                     self.relations.insert(r.oid, Arc::clone(rel));
                 }
             }
             Message::Type(t) => {
-                if let Some(info) = &resolved.type_info {
+                if let Some(info) = resolved.type_info() {
                     self.types.insert(t.oid, Arc::clone(info));
                 }
             }
@@ -493,16 +517,10 @@ fn resolve(
             ))
         }
     };
-    let one = |rel| Resolved {
-        relations: vec![rel],
-        type_info: None,
-    };
+    let one = Resolved::Relation;
     Ok(match msg {
         Message::Relation(r) => one(Arc::new(Relation::from_message(r))),
-        Message::Type(t) => Resolved {
-            relations: Vec::new(),
-            type_info: Some(Arc::new(TypeInfo::from_message(t))),
-        },
+        Message::Type(t) => Resolved::Type(Arc::new(TypeInfo::from_message(t))),
         Message::Insert(m) => {
             let rel = lookup(m.relation)?;
             check(&rel, &m.new)?;
@@ -530,14 +548,12 @@ fn resolve(
             check(&rel, &m.old.1)?;
             one(rel)
         }
-        Message::Truncate(m) => Resolved {
-            relations: m
-                .relations
+        Message::Truncate(m) => Resolved::Relations(
+            m.relations
                 .iter()
                 .map(|&oid| lookup(oid))
                 .collect::<Result<_, _>>()?,
-            type_info: None,
-        },
+        ),
         _ => Resolved::default(),
     })
 }
@@ -581,13 +597,13 @@ fn dispatch<S: EventSink>(
     let kind = msg.kind();
     let missing = || DecodeError::new(kind, 1, Reason::OutOfSequence("relation not resolved"));
     let meta = tx.meta(lsn);
-    let rel = resolved.relations.first();
+    let rel = resolved.relation();
     match msg {
         Message::Relation(_) => {
             return sink.event(&meta, EventRef::Relation(rel.ok_or_else(missing)?))
         }
         Message::Type(_) => {
-            let info = resolved.type_info.as_ref().ok_or_else(missing)?;
+            let info = resolved.type_info().ok_or_else(missing)?;
             return sink.event(&meta, EventRef::Type(info));
         }
         Message::Origin(origin) => return sink.event(&meta, EventRef::Origin(origin)),
@@ -629,7 +645,7 @@ fn dispatch<S: EventSink>(
             sink.event(
                 &meta,
                 EventRef::Truncate {
-                    relations: &resolved.relations,
+                    relations: resolved.relations(),
                     options: m.options,
                 },
             )?;

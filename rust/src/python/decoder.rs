@@ -1,10 +1,11 @@
 //! `pgwire_cdc._native.Decoder`: offline decoding of bare pgoutput messages.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, TryLockError};
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
+use pyo3::types::PyBytes;
 
 use crate::decoder::{Decoder, DecoderConfig};
 use crate::event::EventCollector;
@@ -12,6 +13,9 @@ use crate::sink::NullSink;
 
 use super::errors::decode_error;
 use super::event::PyEvent;
+
+/// `feed_many` lets other threads run and checks for Ctrl-C this often (messages).
+const YIELD_EVERY: usize = 65_536;
 
 struct State {
     decoder: Decoder,
@@ -36,10 +40,17 @@ pub struct PyDecoder {
 }
 
 impl PyDecoder {
+    /// A decoder serves one thread at a time; a second one gets an error rather than
+    /// waiting (waiting on the lock with the GIL held could deadlock).
     fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, State>> {
-        self.state
-            .lock()
-            .map_err(|_| PyRuntimeError::new_err("decoder state is poisoned by an earlier failure"))
+        self.state.try_lock().map_err(|e| match e {
+            TryLockError::WouldBlock => {
+                PyRuntimeError::new_err("this Decoder is in use by another thread")
+            }
+            TryLockError::Poisoned(_) => {
+                PyRuntimeError::new_err("decoder state is poisoned by an earlier failure")
+            }
+        })
     }
 }
 
@@ -94,34 +105,47 @@ impl PyDecoder {
             .map_err(|e| decode_error(py, &e, None))
     }
 
-    /// Feeds many messages with the GIL released. On a malformed message the ones before
-    /// it stay decoded and the error names its index.
+    /// Feeds many messages. On a malformed message the ones before it stay decoded and the
+    /// error names its index.
+    ///
+    /// The bytes are read in place from the Python objects, so the GIL stays held while
+    /// decoding (about 0.15 µs a message; releasing it per chunk cost a third more in
+    /// reference counting). Every `YIELD_EVERY` messages the call lets other threads run
+    /// and checks for Ctrl-C.
     #[pyo3(signature = (messages, lsns = None))]
     fn feed_many(
         &self,
         py: Python<'_>,
-        messages: Vec<PyBackedBytes>,
-        lsns: Option<Vec<u64>>,
+        messages: &Bound<'_, PyAny>,
+        lsns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        if let Some(l) = &lsns {
-            if l.len() != messages.len() {
+        if let Some(l) = lsns {
+            let (nl, nm) = (l.len()?, messages.len()?);
+            if nl != nm {
                 return Err(PyValueError::new_err(format!(
-                    "lsns has {} entries for {} messages",
-                    l.len(),
-                    messages.len()
+                    "lsns has {nl} entries for {nm} messages"
                 )));
             }
         }
-        let mut guard = self.lock()?;
-        let state: &mut State = &mut guard;
-        let result = py.detach(|| {
-            for (i, message) in messages.iter().enumerate() {
-                let lsn = lsns.as_ref().and_then(|l| l.get(i)).copied().unwrap_or(0);
-                state.feed(message, lsn).map_err(|e| (i, e))?;
+        let mut lsn_iter = lsns.map(|l| l.try_iter()).transpose()?;
+        let mut state = self.lock()?;
+        for (i, item) in messages.try_iter()?.enumerate() {
+            let item = item?;
+            let lsn = match lsn_iter.as_mut().and_then(Iterator::next) {
+                Some(l) => l?.extract::<u64>()?,
+                None => 0,
+            };
+            let fed = match item.cast::<PyBytes>() {
+                Ok(bytes) => state.feed(bytes.as_bytes(), lsn),
+                Err(_) => state.feed(&item.extract::<PyBackedBytes>()?, lsn),
+            };
+            fed.map_err(|e| decode_error(py, &e, Some(i)))?;
+            if i % YIELD_EVERY == YIELD_EVERY - 1 {
+                py.check_signals()?;
+                py.detach(|| ());
             }
-            Ok(())
-        });
-        result.map_err(|(i, e)| decode_error(py, &e, Some(i)))
+        }
+        Ok(())
     }
 
     /// The events decoded so far, drained.

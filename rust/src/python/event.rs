@@ -120,11 +120,27 @@ impl PyEvent {
     }
 }
 
+static UNCHANGED: PyOnceLock<Py<UnchangedToast>> = PyOnceLock::new();
+
+/// The one `UNCHANGED_TOAST` object, so that `value is UNCHANGED_TOAST` holds.
+pub fn unchanged_toast(py: Python<'_>) -> PyResult<&Py<UnchangedToast>> {
+    UNCHANGED.get_or_try_init(py, || Py::new(py, UnchangedToast))
+}
+
 static PG_EPOCH: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 static TIMEDELTA: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
-/// PostgreSQL TimestampTz (µs since 2000-01-01 UTC) as an aware datetime.
+/// Python's datetime covers years 1 to 9999: µs from 2000-01-01 to those bounds.
+const PY_MIN_MICROS: i64 = -63_082_281_600_000_000;
+const PY_MAX_MICROS: i64 = 252_455_615_999_999_999;
+
+/// PostgreSQL TimestampTz (µs since 2000-01-01 UTC) as an aware datetime, or None when
+/// Python cannot hold it (only corrupt bytes give such a commit time; the raw value stays
+/// readable where the event has one, as `timestamp`).
 fn timestamp<'py>(py: Python<'py>, micros: PgTimestamp) -> PyResult<Bound<'py, PyAny>> {
+    if !(PY_MIN_MICROS..=PY_MAX_MICROS).contains(&micros) {
+        return Ok(py.None().into_bound(py));
+    }
     let epoch = PG_EPOCH.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
         let dt = py.import("datetime")?;
         let utc = dt.getattr("timezone")?.getattr("utc")?;
@@ -146,7 +162,7 @@ fn value<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
         Value::Null => py.None().into_bound(py),
         Value::Text(s) => s.into_pyobject(py)?.into_any(),
         Value::Binary(b) => PyBytes::new(py, b).into_any(),
-        Value::UnchangedToast => Bound::new(py, UnchangedToast)?.into_any(),
+        Value::UnchangedToast => unchanged_toast(py)?.bind(py).clone().into_any(),
     })
 }
 

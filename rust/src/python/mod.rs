@@ -12,7 +12,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<decoder::PyDecoder>()?;
     m.add_class::<event::PyEvent>()?;
     m.add_class::<event::UnchangedToast>()?;
-    m.add("UNCHANGED_TOAST", event::UnchangedToast)?;
+    m.add(
+        "UNCHANGED_TOAST",
+        event::unchanged_toast(m.py())?.clone_ref(m.py()),
+    )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // Benchmarks refuse to measure a debug build.
     m.add(

@@ -1,0 +1,87 @@
+"""Shared pytest fixtures: throwaway PostgreSQL 15 and 18 clusters, one database per test.
+
+- `pg15_cluster`, `pg18_cluster`: session-scoped, started the first time a test asks.
+- `pg`: parametrized over both servers (ids ``pg15`` / ``pg18``).
+- `db`: a fresh database on `pg` with an autocommit psycopg 3 connection; dropped afterwards
+  (together with its replication slots and prepared transactions).
+
+Tests that use a server are marked ``server`` automatically, so ``pytest -m "not server"``
+runs only the offline suites.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pgwire_cdc.server import SERVERS, PgCluster
+
+
+@dataclass
+class Database:
+    """A fresh database on a running cluster."""
+
+    cluster: PgCluster
+    name: str
+    conn: psycopg.Connection[Any]
+
+    @property
+    def dsn(self) -> str:
+        return self.cluster.dsn_for(self.name)
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """Another autocommit connection to this database."""
+        return self.cluster.connect(self.name)
+
+
+def _cluster(server: str) -> Iterator[PgCluster]:
+    cluster = PgCluster.for_server(server)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def pg15_cluster() -> Iterator[PgCluster]:
+    yield from _cluster("pg15")
+
+
+@pytest.fixture(scope="session")
+def pg18_cluster() -> Iterator[PgCluster]:
+    yield from _cluster("pg18")
+
+
+@pytest.fixture(params=SERVERS, ids=SERVERS)
+def pg(request: pytest.FixtureRequest) -> PgCluster:
+    """A running cluster: once with PostgreSQL 15, once with PostgreSQL 18."""
+    cluster: PgCluster = request.getfixturevalue(f"{request.param}_cluster")
+    return cluster
+
+
+@pytest.fixture
+def db(pg: PgCluster) -> Iterator[Database]:
+    """A fresh database on `pg` (so tests don't interfere) with an autocommit connection."""
+    name = pg.create_database()
+    conn = pg.connect(name)
+    try:
+        yield Database(pg, name, conn)
+    finally:
+        conn.close()
+        pg.drop_database(name)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if {"pg", "db", "pg15_cluster", "pg18_cluster"} & set(names):
+            item.add_marker(pytest.mark.server)
