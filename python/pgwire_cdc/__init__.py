@@ -7,13 +7,22 @@ The hot path (pgoutput parsing, transaction assembly, value parsing) is Rust, in
 from __future__ import annotations
 
 from . import errors
-from ._native import UNCHANGED_TOAST, Decoder, Event
+from ._native import UNCHANGED_TOAST, Event
 from ._native import __version__ as __version__
-from .errors import ConfigError, ConnectionError, DecodeError, Error, SlotError
+from .decoder import Decoder
+from .errors import (
+    ColumnValueError,
+    ConfigError,
+    ConnectionError,
+    DecodeError,
+    Error,
+    SlotError,
+)
 from .lsn import int_to_lsn, lsn_to_int
 
 __all__ = [
     "UNCHANGED_TOAST",
+    "ColumnValueError",
     "ConfigError",
     "ConnectionError",
     "DecodeError",

@@ -15,9 +15,20 @@ UNCHANGED_TOAST: UnchangedToast
 Value = str | bytes | None | UnchangedToast
 
 @final
+class ArrowStream:
+    """Record batches handed out once through the Arrow PyCapsule stream interface."""
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
+    def __len__(self) -> int: ...
+
 class Decoder:
     def __init__(
-        self, proto_version: int = 1, binary: bool = False, *, keep_events: bool = True
+        self,
+        proto_version: int = 1,
+        binary: bool = False,
+        *,
+        keep_events: bool = True,
+        keep_tables: bool = True,
     ) -> None: ...
     @property
     def proto_version(self) -> int: ...
@@ -32,6 +43,9 @@ class Decoder:
         self, messages: Sequence[bytes | bytearray], lsns: Sequence[int] | None = None
     ) -> None: ...
     def events(self) -> list[Event]: ...
+    @property
+    def pending_rows(self) -> int: ...
+    def _take_segments(self) -> list[tuple[str, ArrowStream]]: ...
 
 @final
 class Event:

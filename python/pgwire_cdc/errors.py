@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import builtins
 
-__all__ = ["ConfigError", "ConnectionError", "DecodeError", "Error", "SlotError"]
+__all__ = [
+    "ColumnValueError",
+    "ConfigError",
+    "ConnectionError",
+    "DecodeError",
+    "Error",
+    "SlotError",
+]
 
 
 class Error(Exception):
@@ -36,6 +43,27 @@ class DecodeError(Error):
         self.offset = offset
         self.reason = reason
         self.index = index
+
+
+class ColumnValueError(DecodeError):
+    """A column value that is malformed for its type, or that its Arrow type cannot hold
+    (numeric NaN in a decimal column, an infinite date, ...; see the README's
+    unrepresentable-value policy). ``table``, ``column`` and ``lsn`` say where; the value
+    itself is never in the message."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str | None = None,
+        column: str | None = None,
+        lsn: int | None = None,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.table = table
+        self.column = column
+        self.lsn = lsn
 
 
 class ConfigError(Error):

@@ -127,6 +127,14 @@ pub enum Reason {
     NeedsProtocol { needed: u32, configured: u32 },
     /// A field had a value the protocol does not allow.
     BadValue { field: &'static str },
+    /// A column value that is malformed for its type or that its Arrow type cannot hold
+    /// (the unrepresentable-value policy). Names the column, never the value.
+    Value {
+        table: String,
+        column: String,
+        lsn: u64,
+        problem: String,
+    },
 }
 
 impl fmt::Display for Reason {
@@ -166,6 +174,16 @@ impl fmt::Display for Reason {
                 "message needs protocol version {needed}, decoder configured for {configured}"
             ),
             Self::BadValue { field } => write!(f, "invalid {field}"),
+            Self::Value {
+                table,
+                column,
+                lsn,
+                problem,
+            } => write!(
+                f,
+                "column {column:?} of {table} at LSN {}: {problem}",
+                crate::lsn::format_lsn(*lsn)
+            ),
         }
     }
 }
@@ -191,11 +209,15 @@ impl DecodeError {
 
 impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "malformed {} message at byte {}: {}",
-            self.kind, self.offset, self.reason
-        )
+        match &self.reason {
+            // The message is fine; one of its values is not.
+            Reason::Value { .. } => write!(f, "{} message: {}", self.kind, self.reason),
+            _ => write!(
+                f,
+                "malformed {} message at byte {}: {}",
+                self.kind, self.offset, self.reason
+            ),
+        }
     }
 }
 

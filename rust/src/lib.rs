@@ -7,8 +7,11 @@
 //! * [`decoder`]: transaction framing, streamed and two-phase transaction assembly, the
 //!   relation cache and unchanged-TOAST reconstruction, feeding an [`sink::EventSink`];
 //! * [`event`]: owned events (the seed's event model) for debugging and tests;
+//! * [`values`]: PostgreSQL values in text and binary format, parsed exactly;
+//! * [`arrow`]: change tables built from the events straight into Arrow builders;
 //! * `python` (feature `python`): the PyO3 binding, `pgwire_cdc._native`.
 
+pub mod arrow;
 pub mod decoder;
 pub mod error;
 pub mod event;
@@ -16,6 +19,7 @@ pub mod lsn;
 pub mod protocol;
 pub mod relation;
 pub mod sink;
+pub mod values;
 pub mod wire;
 
 #[cfg(feature = "python")]

@@ -7,11 +7,14 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyBytes;
 
+use crate::arrow::ArrowSink;
 use crate::decoder::{Decoder, DecoderConfig};
+use crate::error::{DecodeError, Reason};
 use crate::event::EventCollector;
-use crate::sink::NullSink;
+use crate::sink::{EventMeta, EventRef, EventSink};
 
-use super::errors::decode_error;
+use super::arrow::PyArrowStream;
+use super::errors::{decode_error, rejected_rows_error};
 use super::event::PyEvent;
 
 /// `feed_many` lets other threads run and checks for Ctrl-C this often (messages).
@@ -20,21 +23,52 @@ const YIELD_EVERY: usize = 65_536;
 struct State {
     decoder: Decoder,
     events: EventCollector,
-    /// False: events are checked and discarded (a consumer that only wants tables).
+    tables: ArrowSink,
+    /// False: no event objects are kept (a consumer that only wants tables).
     keep_events: bool,
+    /// False: no change tables are built (a consumer that only wants events).
+    keep_tables: bool,
+    /// Rows the change tables rejected since the last `take` (their values cannot be
+    /// parsed or represented): `take` raises the first.
+    table_errors: Vec<DecodeError>,
 }
 
-impl State {
-    fn feed(&mut self, message: &[u8], lsn: u64) -> Result<(), crate::error::DecodeError> {
-        if self.keep_events {
-            self.decoder.feed(message, lsn, &mut self.events)
-        } else {
-            self.decoder.feed(message, lsn, &mut NullSink::default())
+/// Hands each event to the outputs the decoder keeps. A value the change tables cannot
+/// hold is not an error of the protocol: its row stays out of the tables and the error is
+/// kept for `take()` to raise, while the event still reaches `events()`.
+struct Outputs<'a> {
+    events: Option<&'a mut EventCollector>,
+    tables: Option<&'a mut ArrowSink>,
+    table_errors: &'a mut Vec<DecodeError>,
+}
+
+impl EventSink for Outputs<'_> {
+    fn event(&mut self, meta: &EventMeta, event: EventRef<'_, '_>) -> Result<(), DecodeError> {
+        if let Some(events) = self.events.as_deref_mut() {
+            events.event(meta, event)?;
         }
+        if let Some(tables) = self.tables.as_deref_mut() {
+            match tables.event(meta, event) {
+                Err(e) if matches!(e.reason, Reason::Value { .. }) => self.table_errors.push(e),
+                other => other?,
+            }
+        }
+        Ok(())
     }
 }
 
-#[pyclass(frozen, module = "pgwire_cdc._native", name = "Decoder")]
+impl State {
+    fn feed(&mut self, message: &[u8], lsn: u64) -> Result<(), DecodeError> {
+        let mut outputs = Outputs {
+            events: self.keep_events.then_some(&mut self.events),
+            tables: self.keep_tables.then_some(&mut self.tables),
+            table_errors: &mut self.table_errors,
+        };
+        self.decoder.feed(message, lsn, &mut outputs)
+    }
+}
+
+#[pyclass(frozen, subclass, module = "pgwire_cdc._native", name = "Decoder")]
 pub struct PyDecoder {
     state: Mutex<State>,
 }
@@ -57,8 +91,13 @@ impl PyDecoder {
 #[pymethods]
 impl PyDecoder {
     #[new]
-    #[pyo3(signature = (proto_version = 1, binary = false, *, keep_events = true))]
-    fn new(proto_version: u32, binary: bool, keep_events: bool) -> PyResult<Self> {
+    #[pyo3(signature = (proto_version = 1, binary = false, *, keep_events = true, keep_tables = true))]
+    fn new(
+        proto_version: u32,
+        binary: bool,
+        keep_events: bool,
+        keep_tables: bool,
+    ) -> PyResult<Self> {
         if !(1..=4).contains(&proto_version) {
             return Err(PyValueError::new_err(format!(
                 "proto_version must be 1, 2, 3 or 4 (got {proto_version})"
@@ -71,7 +110,10 @@ impl PyDecoder {
                     binary,
                 }),
                 events: EventCollector::default(),
+                tables: ArrowSink::new(binary),
                 keep_events,
+                keep_tables,
+                table_errors: Vec::new(),
             }),
         })
     }
@@ -146,6 +188,34 @@ impl PyDecoder {
             }
         }
         Ok(())
+    }
+
+    /// The change-table segments built so far, drained, oldest first: one
+    /// `(schema.table, ArrowStream)` per relation and schema version.
+    ///
+    /// If rows were rejected (a value the tables cannot hold), raises
+    /// `ColumnValueError` for the first of them instead and forgets the errors; the other
+    /// rows stay for the next call.
+    fn _take_segments(&self, py: Python<'_>) -> PyResult<Vec<(String, PyArrowStream)>> {
+        let mut state = self.lock()?;
+        if !state.table_errors.is_empty() {
+            let errors = std::mem::take(&mut state.table_errors);
+            return Err(rejected_rows_error(py, &errors));
+        }
+        let segments = state
+            .tables
+            .take()
+            .map_err(|e| PyRuntimeError::new_err(format!("building Arrow tables failed: {e}")))?;
+        Ok(segments
+            .into_iter()
+            .map(|s| (s.table, PyArrowStream::new(s.batch.schema(), vec![s.batch])))
+            .collect())
+    }
+
+    /// Rows in the change tables since the last `take`.
+    #[getter]
+    fn pending_rows(&self) -> PyResult<usize> {
+        Ok(self.lock()?.tables.rows())
     }
 
     /// The events decoded so far, drained.

@@ -4,9 +4,10 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyType};
 
-use crate::error::DecodeError;
+use crate::error::{DecodeError, Reason};
 
 static DECODE_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static COLUMN_VALUE_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 fn errors_class(
     py: Python<'_>,
@@ -24,7 +25,10 @@ fn errors_class(
 /// `feed_many`, the index of the failing message. Never any row value.
 pub fn decode_error(py: Python<'_>, err: &DecodeError, index: Option<usize>) -> PyErr {
     let build = || -> PyResult<PyErr> {
-        let class = errors_class(py, &DECODE_ERROR, "DecodeError")?;
+        let class = match &err.reason {
+            Reason::Value { .. } => errors_class(py, &COLUMN_VALUE_ERROR, "ColumnValueError")?,
+            _ => errors_class(py, &DECODE_ERROR, "DecodeError")?,
+        };
         let mut message = err.to_string();
         if let Some(i) = index {
             message = format!("message #{i}: {message}");
@@ -34,8 +38,33 @@ pub fn decode_error(py: Python<'_>, err: &DecodeError, index: Option<usize>) -> 
         kwargs.set_item("offset", err.offset)?;
         kwargs.set_item("reason", err.reason.to_string())?;
         kwargs.set_item("index", index)?;
+        if let Reason::Value {
+            table, column, lsn, ..
+        } = &err.reason
+        {
+            kwargs.set_item("table", table)?;
+            kwargs.set_item("column", column)?;
+            kwargs.set_item("lsn", lsn)?;
+        }
         let instance = class.bind(py).call((message,), Some(&kwargs))?;
         Ok(PyErr::from_value(instance))
     };
     build().unwrap_or_else(|e| e)
+}
+
+/// `ColumnValueError` for rows the change tables rejected: the first one, and how many.
+pub fn rejected_rows_error(py: Python<'_>, errors: &[DecodeError]) -> PyErr {
+    let Some(first) = errors.first() else {
+        return pyo3::exceptions::PyRuntimeError::new_err("no rejected rows");
+    };
+    let err = decode_error(py, first, None);
+    let note = format!(
+        "{} row(s) were left out of the change tables; this is the first. \
+         Call take() again for the other rows.",
+        errors.len()
+    );
+    match err.value(py).call_method1("add_note", (note,)) {
+        Ok(_) => err,
+        Err(e) => e,
+    }
 }

@@ -1,6 +1,7 @@
 //! The PyO3 binding: `pgwire_cdc._native`. Thin by design: Rust values in, Python objects
 //! out, errors mapped once (see `errors.rs`). The decoder itself knows nothing of Python.
 
+mod arrow;
 mod decoder;
 mod errors;
 mod event;
@@ -11,6 +12,7 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<decoder::PyDecoder>()?;
     m.add_class::<event::PyEvent>()?;
+    m.add_class::<arrow::PyArrowStream>()?;
     m.add_class::<event::UnchangedToast>()?;
     m.add(
         "UNCHANGED_TOAST",

@@ -1,0 +1,66 @@
+"""Change tables: assembling the decoder's Arrow segments into one table per source table.
+
+The decoder starts a new *segment* when a Relation message changes a table's columns (ADD /
+DROP / RENAME COLUMN, a type change). ``take()`` presents them as one table per source
+table whenever the segments can be unified: the columns of every version, in the order
+they first appeared (a row has nulls in the columns its version did not have), then the
+metadata columns. A segment whose column types cannot be unified with the earlier ones (a
+column that changed type, for example int4 to text) goes under the key
+``"schema.table@2"`` (``@3`` and so on for later ones), so nothing is ever dropped.
+``take_segments()`` gives every segment as it is, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pyarrow as pa
+
+#: The metadata columns of every change table, after the table's own columns.
+METADATA_COLUMNS = (
+    "_change_type",
+    "_lsn",
+    "_commit_lsn",
+    "_tx_ordinal",
+    "_commit_ts",
+    "_xid",
+    "_before",
+    "_before_kind",
+    "_unchanged",
+)
+
+
+def _ordered(table: pa.Table, data_columns: list[str]) -> pa.Table:
+    return table.select([*data_columns, *METADATA_COLUMNS])
+
+
+def merge_segments(segments: Iterable[tuple[str, pa.Table]]) -> dict[str, pa.Table]:
+    """One table per source table (see the module documentation)."""
+    groups: dict[str, list[list[pa.Table]]] = {}
+    for name, table in segments:
+        versions = groups.setdefault(name, [[]])
+        versions[-1].append(table)
+        if len(versions[-1]) > 1:
+            try:
+                _merge(versions[-1])
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                # The new schema cannot join the earlier ones: a new key.
+                versions[-1].pop()
+                versions.append([table])
+    out: dict[str, pa.Table] = {}
+    for name, versions in groups.items():
+        for i, tables in enumerate(versions):
+            out[name if i == 0 else f"{name}@{i + 1}"] = _merge(tables)
+    return out
+
+
+def _merge(tables: list[pa.Table]) -> pa.Table:
+    if len(tables) == 1:
+        return tables[0]
+    data_columns: list[str] = []
+    for table in tables:
+        for column in table.column_names:
+            if column not in METADATA_COLUMNS and column not in data_columns:
+                data_columns.append(column)
+    merged = pa.concat_tables(tables, promote_options="permissive")
+    return _ordered(merged, data_columns)

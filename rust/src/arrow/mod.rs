@@ -1,0 +1,19 @@
+//! Arrow change tables, built straight from the message bytes.
+//!
+//! [`ArrowSink`] receives the decoder's events and appends one row per change to the
+//! change table of its relation: the published columns (typed by CONTRACT section 5,
+//! parsed from the text or binary wire format by [`crate::values`]), then the metadata
+//! columns `_change_type`, `_lsn`, `_commit_lsn`, `_tx_ordinal`, `_commit_ts`, `_xid`,
+//! `_before`, `_before_kind`, `_unchanged`.
+//!
+//! A Relation message that changes a table's columns (after ADD / DROP / RENAME COLUMN or
+//! a type change) starts a new *segment* with the new schema; [`ArrowSink::take`] returns
+//! every segment in the order they were started, so nothing is dropped and every batch has
+//! one schema.
+
+pub mod column;
+mod sink;
+mod table;
+
+pub use sink::{ArrowSink, Segment};
+pub use table::change_table_schema;

@@ -1,0 +1,304 @@
+//! numeric: to an i128 at a decimal's scale, or to the exact text `numeric_out` prints.
+//!
+//! Text format (`numeric_out`): an optional `-`, the integer digits without leading zeros
+//! (`0` when there are none), and, when the display scale is positive, a point and
+//! exactly that many fraction digits; no exponent. Special values print as `NaN`,
+//! `Infinity` and `-Infinity` (the infinities since PostgreSQL 14).
+//!
+//! Binary format (`numeric_send`):
+//! ```text
+//! Int16  ndigits   number of base-10000 digits that follow
+//! Int16  weight    base-10000 exponent of the first digit
+//! UInt16 sign      0x0000 +, 0x4000 -, 0xC000 NaN, 0xD000 +Infinity, 0xF000 -Infinity
+//! UInt16 dscale    display scale: decimal digits after the point
+//! Int16[ndigits]   digits, each 0..=9999, most significant first
+//! ```
+//! The value is Σ digit[i] × 10000^(weight − i). Digits below the display scale are
+//! dropped, as `numeric_recv` + `numeric_out` would drop them.
+
+use super::error::{ValueError, ValueErrorKind};
+use super::types::Decimal128Spec;
+
+const TY: &str = "numeric";
+
+const SIGN_POS: u16 = 0x0000;
+const SIGN_NEG: u16 = 0x4000;
+const SIGN_NAN: u16 = 0xC000;
+const SIGN_PINF: u16 = 0xD000;
+const SIGN_NINF: u16 = 0xF000;
+/// `NUMERIC_DSCALE_MASK`: the largest display scale a numeric can carry.
+const DSCALE_MAX: u16 = 0x3FFF;
+const NBASE: u16 = 10_000;
+
+fn err(kind: ValueErrorKind) -> ValueError {
+    ValueError::new(TY, kind)
+}
+
+/// Collects decimal digits, most significant first, into an unscaled magnitude at a
+/// fixed scale, refusing to round or overflow.
+struct Unscaled {
+    magnitude: u128,
+    /// Exponent of the last digit taken (or of the units digit before any).
+    last_exp: i32,
+    /// Exponent of the decimal's last digit: `-scale`.
+    min_exp: i32,
+}
+
+impl Unscaled {
+    fn new(scale: i8) -> Self {
+        Self {
+            magnitude: 0,
+            last_exp: 0,
+            min_exp: -i32::from(scale),
+        }
+    }
+
+    /// Takes the digit `d` standing for `d × 10^exp`; exponents only decrease.
+    fn push(&mut self, d: u8, exp: i32) -> Result<(), ValueError> {
+        if exp < self.min_exp {
+            return if d == 0 {
+                Ok(())
+            } else {
+                Err(err(ValueErrorKind::InexactScale))
+            };
+        }
+        self.magnitude = self
+            .magnitude
+            .checked_mul(10)
+            .and_then(|m| m.checked_add(u128::from(d)))
+            .ok_or(err(ValueErrorKind::NumericOverflow))?;
+        self.last_exp = exp;
+        Ok(())
+    }
+
+    fn finish(self, spec: Decimal128Spec, negative: bool) -> Result<i128, ValueError> {
+        let mut magnitude = self.magnitude;
+        // Digits ended above the decimal's last place: pad with zeros.
+        if magnitude != 0 && self.last_exp > self.min_exp {
+            let shift = u32::try_from(self.last_exp - self.min_exp)
+                .map_err(|_| err(ValueErrorKind::NumericOverflow))?;
+            magnitude = 10_u128
+                .checked_pow(shift)
+                .and_then(|p| magnitude.checked_mul(p))
+                .ok_or(err(ValueErrorKind::NumericOverflow))?;
+        }
+        let limit = 10_u128.pow(u32::from(spec.precision.min(38)));
+        if magnitude >= limit {
+            return Err(err(ValueErrorKind::NumericOverflow));
+        }
+        // Below 10^38 < 2^127: fits.
+        let value = i128::try_from(magnitude).map_err(|_| err(ValueErrorKind::NumericOverflow))?;
+        Ok(if negative { -value } else { value })
+    }
+}
+
+/// Splits numeric text into (negative, integer digits, fraction digits), or reports a
+/// special value. Accepts exactly what `numeric_out` prints.
+fn split_text(s: &str) -> Result<(bool, &[u8], &[u8]), ValueError> {
+    match s {
+        "NaN" => return Err(err(ValueErrorKind::NumericNaN)),
+        "Infinity" => return Err(err(ValueErrorKind::Infinite { negative: false })),
+        "-Infinity" => return Err(err(ValueErrorKind::Infinite { negative: true })),
+        _ => {}
+    }
+    let (negative, body) = match s.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, s),
+    };
+    let (int, frac) = match body.split_once('.') {
+        Some((int, frac)) if !frac.is_empty() => (int, frac),
+        Some(_) => return Err(ValueError::malformed(TY)),
+        None => (body, ""),
+    };
+    let all_digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
+    if int.is_empty() || !all_digits(int) || !all_digits(frac) {
+        return Err(ValueError::malformed(TY));
+    }
+    Ok((negative, int.as_bytes(), frac.as_bytes()))
+}
+
+/// numeric text -> unscaled i128 at `spec.scale` (`-12.30` at scale 2 is -1230).
+pub fn text_to_decimal(s: &str, spec: Decimal128Spec) -> Result<i128, ValueError> {
+    let (negative, int, frac) = split_text(s)?;
+    let mut acc = Unscaled::new(spec.scale);
+    let int_len = i32::try_from(int.len()).map_err(|_| err(ValueErrorKind::NumericOverflow))?;
+    for (i, &b) in int.iter().enumerate() {
+        acc.push(b - b'0', int_len - 1 - i as i32)?;
+    }
+    for (i, &b) in frac.iter().enumerate() {
+        let exp = i32::try_from(i)
+            .map(|i| -1 - i)
+            .map_err(|_| err(ValueErrorKind::InexactScale))?;
+        acc.push(b - b'0', exp)?;
+    }
+    acc.finish(spec, negative)
+}
+
+/// numeric text in a string column: checked to be `numeric_out`'s form, passed through.
+pub fn text_to_str(s: &str) -> Result<&str, ValueError> {
+    match split_text(s) {
+        Ok(_) => Ok(s),
+        Err(e) if e.kind == ValueErrorKind::Malformed => Err(e),
+        // NaN and the infinities are values of a string column.
+        Err(_) => Ok(s),
+    }
+}
+
+/// A checked view of `numeric_send` bytes.
+struct Binary<'a> {
+    weight: i16,
+    sign: u16,
+    dscale: u16,
+    /// `ndigits` big-endian i16 pairs, each checked to be 0..=9999.
+    digits: &'a [u8],
+}
+
+impl Binary<'_> {
+    fn parse(b: &[u8]) -> Result<Binary<'_>, ValueError> {
+        let (header, digits) = b.split_at_checked(8).ok_or(ValueError::malformed(TY))?;
+        let field = |i: usize| -> Result<[u8; 2], ValueError> {
+            header
+                .get(i..i + 2)
+                .and_then(|p| <[u8; 2]>::try_from(p).ok())
+                .ok_or(ValueError::malformed(TY))
+        };
+        let ndigits = i16::from_be_bytes(field(0)?);
+        let weight = i16::from_be_bytes(field(2)?);
+        let sign = u16::from_be_bytes(field(4)?);
+        let dscale = u16::from_be_bytes(field(6)?);
+        let ndigits = usize::try_from(ndigits).map_err(|_| ValueError::malformed(TY))?;
+        if digits.len() != ndigits * 2 || dscale > DSCALE_MAX {
+            return Err(ValueError::malformed(TY));
+        }
+        if !matches!(sign, SIGN_POS | SIGN_NEG | SIGN_NAN | SIGN_PINF | SIGN_NINF) {
+            return Err(ValueError::malformed(TY));
+        }
+        let value = Binary {
+            weight,
+            sign,
+            dscale,
+            digits,
+        };
+        if value.base_digits().any(|d| d >= NBASE) {
+            return Err(ValueError::malformed(TY));
+        }
+        Ok(value)
+    }
+
+    fn base_digits(&self) -> impl Iterator<Item = u16> + '_ {
+        self.digits
+            .chunks_exact(2)
+            .map(|pair| pair.iter().fold(0, |acc, &b| acc << 8 | u16::from(b)))
+    }
+
+    /// Every decimal digit with its exponent, down to the display scale, most
+    /// significant first.
+    fn decimal_digits(&self) -> impl Iterator<Item = (u8, i32)> + '_ {
+        let min_exp = -i32::from(self.dscale);
+        let weight = i32::from(self.weight);
+        self.base_digits()
+            .enumerate()
+            .flat_map(move |(i, d)| {
+                let top = 4 * (weight - i as i32) + 3;
+                [
+                    ((d / 1000) as u8, top),
+                    ((d / 100 % 10) as u8, top - 1),
+                    ((d / 10 % 10) as u8, top - 2),
+                    ((d % 10) as u8, top - 3),
+                ]
+            })
+            .filter(move |&(_, exp)| exp >= min_exp)
+    }
+
+    /// The special value's error, for decimal conversion.
+    fn special(&self) -> Option<ValueError> {
+        match self.sign {
+            SIGN_NAN => Some(err(ValueErrorKind::NumericNaN)),
+            SIGN_PINF => Some(err(ValueErrorKind::Infinite { negative: false })),
+            SIGN_NINF => Some(err(ValueErrorKind::Infinite { negative: true })),
+            _ => None,
+        }
+    }
+
+    /// Negative, and not zero at display scale (PostgreSQL has no negative zero).
+    fn is_negative(&self) -> bool {
+        self.sign == SIGN_NEG && self.decimal_digits().any(|(d, _)| d != 0)
+    }
+}
+
+/// numeric binary -> unscaled i128 at `spec.scale`.
+pub fn binary_to_decimal(b: &[u8], spec: Decimal128Spec) -> Result<i128, ValueError> {
+    let value = Binary::parse(b)?;
+    if let Some(e) = value.special() {
+        return Err(e);
+    }
+    let mut acc = Unscaled::new(spec.scale);
+    for (d, exp) in value.decimal_digits() {
+        acc.push(d, exp)?;
+    }
+    acc.finish(spec, value.is_negative())
+}
+
+/// numeric binary -> the text `numeric_out` prints, into `out` (cleared first).
+pub fn binary_to_text(b: &[u8], out: &mut String) -> Result<(), ValueError> {
+    out.clear();
+    write_binary(b, out)
+}
+
+/// Appends the `numeric_out` text of numeric binary to `out`.
+pub(crate) fn write_binary(b: &[u8], out: &mut String) -> Result<(), ValueError> {
+    let value = Binary::parse(b)?;
+    match value.sign {
+        SIGN_NAN => {
+            out.push_str("NaN");
+            return Ok(());
+        }
+        SIGN_PINF => {
+            out.push_str("Infinity");
+            return Ok(());
+        }
+        SIGN_NINF => {
+            out.push_str("-Infinity");
+            return Ok(());
+        }
+        _ => {}
+    }
+    if value.is_negative() {
+        out.push('-');
+    }
+    let mut digits = value.decimal_digits().peekable();
+    // Integer part: exponents 4*weight+3 down to 0; leading zeros suppressed.
+    let top = 4 * i32::from(value.weight) + 3;
+    let mut printed_any = false;
+    for exp in (0..=top).rev() {
+        let d = match digits.peek() {
+            Some(&(d, e)) if e == exp => {
+                digits.next();
+                d
+            }
+            _ => 0,
+        };
+        if d != 0 || printed_any || exp == 0 {
+            out.push(char::from(b'0' + d));
+            printed_any = true;
+        }
+    }
+    if top < 0 {
+        out.push('0');
+    }
+    // Fraction: exactly dscale digits, zero-filled past the stored digits.
+    if value.dscale > 0 {
+        out.push('.');
+        for k in 1..=i32::from(value.dscale) {
+            let d = match digits.peek() {
+                Some(&(d, e)) if e == -k => {
+                    digits.next();
+                    d
+                }
+                _ => 0,
+            };
+            out.push(char::from(b'0' + d));
+        }
+    }
+    Ok(())
+}
