@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkGroup, Criterion, Throughput};
 
+use pgwire_cdc::arrow::ArrowSink;
 use pgwire_cdc::decoder::{Decoder, DecoderConfig};
 use pgwire_cdc::protocol::{parse_message, ParseContext};
 use pgwire_cdc::sink::NullSink;
@@ -122,6 +123,35 @@ fn feed_all(cap: &Capture) -> Result<usize, String> {
     Ok(n)
 }
 
+/// Rows per `take()`: batches of a realistic size, so memory stays bounded by the batch.
+const ARROW_BATCH_ROWS: usize = 100_000;
+
+fn arrow_all(cap: &Capture) -> Result<usize, String> {
+    let mut dec = Decoder::new(DecoderConfig {
+        proto_version: 1,
+        binary: cap.binary,
+    });
+    let mut sink = ArrowSink::new(cap.binary);
+    let mut rows = 0usize;
+    for (lsn, msg) in cap.messages() {
+        dec.feed(msg, lsn, &mut sink)
+            .map_err(|e| format!("lsn {lsn}: {e}"))?;
+        if sink.rows() >= ARROW_BATCH_ROWS {
+            rows += take_rows(&mut sink)?;
+        }
+    }
+    rows += take_rows(&mut sink)?;
+    Ok(rows)
+}
+
+fn take_rows(sink: &mut ArrowSink) -> Result<usize, String> {
+    let segments = sink.take().map_err(|e| e.to_string())?;
+    Ok(segments
+        .iter()
+        .map(|s| black_box(&s.batch).num_rows())
+        .sum())
+}
+
 fn bench_one(
     group: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>,
     cap: &Capture,
@@ -181,6 +211,7 @@ fn main() -> ExitCode {
         for (what, f) in [
             ("parse_message", parse_all as fn(&Capture) -> _),
             ("Decoder::feed", feed_all),
+            ("ArrowSink", arrow_all),
         ] {
             if let Err(e) = f(&cap) {
                 eprintln!(
@@ -219,6 +250,13 @@ fn main() -> ExitCode {
         let mut group = c.benchmark_group("decoder_feed");
         for cap in &captures {
             bench_one(&mut group, cap, feed_all);
+        }
+        group.finish();
+    }
+    {
+        let mut group = c.benchmark_group("arrow_tables");
+        for cap in &captures {
+            bench_one(&mut group, cap, arrow_all);
         }
         group.finish();
     }

@@ -322,6 +322,29 @@ impl ColumnBuilder {
         Ok(())
     }
 
+    /// Appends `n` nulls at once (the `_before` columns of rows without an old image).
+    pub fn append_nulls(&mut self, n: usize) {
+        match &mut self.kind {
+            Kind::Bool(b) => b.append_nulls(n),
+            Kind::Int16(b) => b.append_nulls(n),
+            Kind::Int32(b) => b.append_nulls(n),
+            Kind::Int64(b) => b.append_nulls(n),
+            Kind::Float32(b) => b.append_nulls(n),
+            Kind::Float64(b) => b.append_nulls(n),
+            Kind::Decimal(b, _) => b.append_nulls(n),
+            Kind::Utf8(b) => b.append_nulls(n),
+            Kind::Binary(b) => b.append_nulls(n),
+            Kind::Date32(b) => b.append_nulls(n),
+            Kind::Time64(b) => b.append_nulls(n),
+            Kind::Timestamp(b) => b.append_nulls(n),
+            Kind::Interval(_) | Kind::List(_) => {
+                for _ in 0..n {
+                    self.append_null();
+                }
+            }
+        }
+    }
+
     pub fn append_null(&mut self) {
         match &mut self.kind {
             Kind::Bool(b) => b.append_null(),

@@ -44,9 +44,9 @@ impl ArrowSink {
 
     fn table(&mut self, relation: &Arc<Relation>) -> &mut ChangeTable {
         let reuse = self.current.get(&relation.oid).copied().filter(|&i| {
-            self.segments
-                .get(i)
-                .is_some_and(|t| same_shape(&t.relation, relation))
+            self.segments.get(i).is_some_and(|t| {
+                Arc::ptr_eq(&t.relation, relation) || same_shape(&t.relation, relation)
+            })
         });
         let index = match reuse {
             Some(i) => i,

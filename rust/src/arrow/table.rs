@@ -126,6 +126,8 @@ pub struct ChangeTable {
     rows: usize,
     /// Rows whose values could not all be parsed: dropped at `finish`.
     failed_rows: Vec<usize>,
+    /// Null `_before` entries not yet appended to its child builders.
+    before_pending_nulls: usize,
 }
 
 impl ChangeTable {
@@ -153,6 +155,7 @@ impl ChangeTable {
             unchanged: ListBuilder::new(StringBuilder::new()),
             rows: 0,
             failed_rows: Vec::new(),
+            before_pending_nulls: 0,
             relation,
         }
     }
@@ -201,8 +204,15 @@ impl ChangeTable {
             }
             put(builder, i, datum);
         }
-        for (i, builder) in self.before.iter_mut().enumerate() {
-            put(builder, i, old.and_then(|(_, values)| values.get(i)));
+        // Most rows have no old image: their `_before` nulls are appended in bulk, when the
+        // next row with one comes or at `finish`.
+        if let Some((_, values)) = old {
+            flush_nulls(&mut self.before, &mut self.before_pending_nulls);
+            for (i, builder) in self.before.iter_mut().enumerate() {
+                put(builder, i, values.get(i));
+            }
+        } else {
+            self.before_pending_nulls += 1;
         }
         self.before_valid.append(old.is_some());
         self.before_kind.append_option(old.map(|(k, _)| match k {
@@ -236,6 +246,7 @@ impl ChangeTable {
 
     /// Finishes the rows appended so far into one record batch; the table starts empty again.
     pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
+        flush_nulls(&mut self.before, &mut self.before_pending_nulls);
         let mut arrays: Vec<ArrayRef> = self.columns.iter_mut().map(|b| b.finish()).collect();
         let before_arrays: Vec<ArrayRef> = self.before.iter_mut().map(|b| b.finish()).collect();
         let nulls = NullBuffer::new(self.before_valid.finish());
@@ -264,6 +275,15 @@ impl ChangeTable {
             }
         }
         arrow_select::filter::filter_record_batch(&batch, &BooleanArray::new(keep.finish(), None))
+    }
+}
+
+fn flush_nulls(builders: &mut [ColumnBuilder], pending: &mut usize) {
+    if *pending > 0 {
+        for b in builders {
+            b.append_nulls(*pending);
+        }
+        *pending = 0;
     }
 }
 

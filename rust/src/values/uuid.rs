@@ -9,8 +9,6 @@ use super::error::ValueError;
 
 const TY: &str = "uuid";
 const HEX: &[u8; 16] = b"0123456789abcdef";
-/// Byte offsets of the dashes in the canonical form.
-const DASHES: [usize; 4] = [8, 13, 18, 23];
 
 /// A uuid's canonical text, without allocation.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -39,40 +37,49 @@ impl fmt::Display for Uuid {
     }
 }
 
+/// Which bytes of the canonical form are dashes (offsets 8, 13, 18 and 23).
+#[rustfmt::skip]
+const IS_DASH: [bool; 36] = [
+    false, false, false, false, false, false, false, false, true,
+    false, false, false, false, true,
+    false, false, false, false, true,
+    false, false, false, false, true,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+];
+
 /// uuid text (either case) -> canonical lower-case.
 pub fn text(s: &str) -> Result<Uuid, ValueError> {
     let bytes: &[u8; 36] = s
         .as_bytes()
         .try_into()
         .map_err(|_| ValueError::malformed(TY))?;
-    let mut out = [0u8; 36];
-    for (i, (&b, slot)) in bytes.iter().zip(out.iter_mut()).enumerate() {
-        *slot = if DASHES.contains(&i) {
-            if b != b'-' {
-                return Err(ValueError::malformed(TY));
-            }
-            b'-'
-        } else if b.is_ascii_hexdigit() {
-            b.to_ascii_lowercase()
+    let mut out = *bytes;
+    let mut ok = true;
+    for (slot, &dash) in out.iter_mut().zip(IS_DASH.iter()) {
+        let b = *slot;
+        // Branch-free per byte: check, then lower-case (a no-op on digits and dashes).
+        ok &= if dash {
+            b == b'-'
         } else {
-            return Err(ValueError::malformed(TY));
+            b.is_ascii_hexdigit()
         };
+        *slot = b.to_ascii_lowercase();
     }
-    Ok(Uuid(out))
+    if ok {
+        Ok(Uuid(out))
+    } else {
+        Err(ValueError::malformed(TY))
+    }
 }
 
 /// uuid binary: 16 bytes -> canonical text.
 pub fn binary(b: &[u8]) -> Result<Uuid, ValueError> {
     let bytes: &[u8; 16] = b.try_into().map_err(|_| ValueError::malformed(TY))?;
     let mut out = [b'-'; 36];
-    let mut slots = out
-        .iter_mut()
-        .enumerate()
-        .filter(|(i, _)| !DASHES.contains(i))
-        .map(|(_, slot)| slot);
-    for &byte in bytes {
-        for nibble in [byte >> 4, byte & 0x0f] {
-            if let (Some(slot), Some(&digit)) = (slots.next(), HEX.get(usize::from(nibble))) {
+    let mut digits = bytes.iter().flat_map(|&byte| [byte >> 4, byte & 0x0f]);
+    for (slot, &dash) in out.iter_mut().zip(IS_DASH.iter()) {
+        if !dash {
+            if let Some(&digit) = digits.next().and_then(|n| HEX.get(usize::from(n))) {
                 *slot = digit;
             }
         }
