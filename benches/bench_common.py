@@ -114,7 +114,9 @@ def pgwire_parse(stream: Stream) -> int:
     """Parse everything, keep no events. Returns the number of messages fed."""
     import pgwire_cdc
 
-    dec = pgwire_cdc.Decoder(proto_version=1, binary=stream.binary, keep_events=False)
+    dec = pgwire_cdc.Decoder(
+        proto_version=1, binary=stream.binary, keep_events=False, keep_tables=False
+    )
     dec.feed_many(stream.msgs, stream.lsns)
     return stream.n
 
@@ -123,9 +125,28 @@ def pgwire_parse_events(stream: Stream) -> int:
     """Parse everything and build the Python event objects. Returns the number of events."""
     import pgwire_cdc
 
-    dec = pgwire_cdc.Decoder(proto_version=1, binary=stream.binary, keep_events=True)
+    dec = pgwire_cdc.Decoder(
+        proto_version=1, binary=stream.binary, keep_events=True, keep_tables=False
+    )
     dec.feed_many(stream.msgs, stream.lsns)
     return len(dec.events())
+
+
+#: Messages fed between two ``take()`` calls in the Arrow runs: memory follows the batch.
+ARROW_BATCH_MSGS = 100_000
+
+
+def pgwire_arrow(stream: Stream) -> int:
+    """Decode into typed Arrow change tables, one ``take()`` per batch. Returns rows."""
+    import pgwire_cdc
+
+    dec = pgwire_cdc.Decoder(proto_version=1, binary=stream.binary, keep_events=False)
+    rows = 0
+    for lo in range(0, stream.n, ARROW_BATCH_MSGS):
+        hi = lo + ARROW_BATCH_MSGS
+        dec.feed_many(stream.msgs[lo:hi], stream.lsns[lo:hi])
+        rows += sum(t.num_rows for t in dec.take().values())
+    return rows
 
 
 # --------------------------------------------------------------------------------------
@@ -166,6 +187,30 @@ def pypgoutput_parse(stream: Stream) -> int:
 # --------------------------------------------------------------------------------------
 # Cross-check (outside any timing): both libraries read the same values
 # --------------------------------------------------------------------------------------
+
+
+def pypgoutput_arrow(stream: Stream) -> int:
+    """pypgoutput parsing, then a pyarrow table of the inserts' column values built in
+    Python, per batch. The columns stay strings: typing them would only add to this
+    baseline's cost, so the ratio against it is conservative. Returns rows."""
+    import pyarrow as pa
+
+    by_tag = pypgoutput_classes()
+    rows = 0
+    for lo in range(0, stream.n, ARROW_BATCH_MSGS):
+        columns: list[list[object]] | None = None
+        for m in stream.msgs[lo : lo + ARROW_BATCH_MSGS]:
+            decoded = by_tag[m[0]](m)
+            if m[:1] == b"I":
+                values = [c.col_data for c in decoded.new_tuple.column_data]
+                if columns is None:
+                    columns = [[] for _ in values]
+                for col, v in zip(columns, values, strict=True):
+                    col.append(v)
+        if columns:
+            table = pa.table({f"c{i}": col for i, col in enumerate(columns)})
+            rows += table.num_rows
+    return rows
 
 
 def cross_check(stream: Stream, limit: int = 2000) -> int:
@@ -215,6 +260,8 @@ class Rate:
 
 PARSE = "pgwire_cdc parse"
 PARSE_EVENTS = "pgwire_cdc parse + events()"
+ARROW = "pgwire_cdc Arrow tables"
+PYPGOUTPUT_ARROW = "pypgoutput + pyarrow table"
 PYPGOUTPUT = "pypgoutput parse"
 
 #: Filled by the pytest benchmarks (best round of each).

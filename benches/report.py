@@ -100,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     if prefix.n < text.n:
         runs.append((bench_common.PARSE, prefix, bench_common.pgwire_parse))
     runs.append((bench_common.PYPGOUTPUT, prefix, bench_common.pypgoutput_parse))
+    runs += [
+        (bench_common.ARROW, text, bench_common.pgwire_arrow),
+        (bench_common.ARROW, binary, bench_common.pgwire_arrow),
+        (bench_common.PYPGOUTPUT_ARROW, text, bench_common.pypgoutput_arrow),
+    ]
     rates: list[bench_common.Rate] = []
     for what, stream, fn in runs:
         secs, _ = bench_common.best_of(fn, stream, args.repeat)
@@ -116,6 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     ratio_parse = ours.msgs_per_s / ppo.msgs_per_s
     with_events = next(r for r in rates if r.what == bench_common.PARSE_EVENTS)
     ratio_events = with_events.msgs_per_s / ppo.msgs_per_s
+    arrow_text = next(r for r in rates if r.what == bench_common.ARROW and r.stream == text.name)
+    arrow_binary = next(
+        r for r in rates if r.what == bench_common.ARROW and r.stream == binary.name
+    )
+    ppo_arrow = next(r for r in rates if r.what == bench_common.PYPGOUTPUT_ARROW)
+    ratio_arrow = arrow_text.msgs_per_s / ppo_arrow.msgs_per_s
 
     m = bench_common.machine_info()
     meta = bench_common.capture_meta("text")
@@ -167,7 +178,13 @@ def main(argv: list[str] | None = None) -> int:
         f"Including building Python event objects (`feed_many` + `events()`, full text"
         f" capture): {ratio_events:.1f}x pypgoutput's parse rate.",
         "",
-        '"pgwire_cdc parse" = `Decoder(proto_version=1, binary=..., keep_events=False)` and'
+        f"Typed Arrow change tables (`take()` every {bench_common.ARROW_BATCH_MSGS:,}"
+        f" messages): text {arrow_text.n / arrow_text.secs:,.0f} msgs/s, binary"
+        f" {arrow_binary.n / arrow_binary.secs:,.0f} msgs/s;"
+        f" {ratio_arrow:.1f}x pypgoutput + a pyarrow table of its (untyped) values.",
+        "",
+        '"pgwire_cdc parse" = `Decoder(proto_version=1, binary=..., keep_events=False,'
+        " keep_tables=False)` and"
         " one `feed_many(msgs, lsns)`: every message and tuple parsed, no Python objects built."
         ' "+ events()" = the same with `keep_events=True`, then `events()` (one Python'
         " object per message). pypgoutput = one `pypgoutput.decoders.<Class>(msg)` per message"
