@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import Decoder, Event, int_to_lsn
+from . import Decoder, Event, int_to_lsn, session
 
 WORKLOAD = [
     "CREATE TABLE {s}.accounts (id bigint PRIMARY KEY, owner text NOT NULL, balance numeric(12,2),"
@@ -117,6 +117,8 @@ def run(dsn: str | None) -> int:
         demo_server(dsn) as (server_dsn, where),
         psycopg.connect(server_dsn, autocommit=True) as conn,
     ):
+        # Values print the way the decoder's text parsers and binary decoding agree on.
+        session.apply(conn)
         version = conn.info.server_version
         proto = proto_version_for(version)
         print(f"connected: PostgreSQL {version // 10000}.{version % 10000} ({where})")
@@ -136,6 +138,13 @@ def run(dsn: str | None) -> int:
             events = decoder.events()
             for event in events:
                 print(describe(event))
+            print("Arrow change tables (Decoder.take()):")
+            for name, table in decoder.take().items():
+                kinds = Counter(table.column("_change_type").to_pylist())
+                types = ", ".join(
+                    f"{f.name} {f.type}" for f in table.schema if not f.name.startswith("_")
+                )
+                print(f"  {name}: {table.num_rows} rows {dict(kinds)}; columns {types}")
             counts = Counter(e.kind for e in events)
             print(
                 f"decoded {len(rows)} pgoutput messages into {len(events)} events: "

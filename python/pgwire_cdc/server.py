@@ -387,10 +387,15 @@ class PgCluster:
         return self._version
 
     def connect(self, dbname: str = "postgres", **kwargs: Any) -> psycopg.Connection[Any]:
-        """A psycopg 3 connection (autocommit) to `dbname`."""
+        """A psycopg 3 connection (autocommit) to `dbname`, with pgwire_cdc's session
+        settings (:mod:`pgwire_cdc.session`)."""
         import psycopg
 
-        return psycopg.connect(self.dsn_for(dbname), autocommit=True, **kwargs)
+        from . import session
+
+        conn = psycopg.connect(self.dsn_for(dbname), autocommit=True, **kwargs)
+        session.apply(conn)
+        return conn
 
     def create_database(self, prefix: str = "t") -> str:
         """Create a database with a fresh unique name and return the name."""
