@@ -30,6 +30,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use crate::error::{DecodeError, Reason};
@@ -53,6 +54,29 @@ impl Default for DecoderConfig {
             proto_version: 1,
             binary: false,
         }
+    }
+}
+
+/// Relations by OID. OIDs come from the server, not from an adversary: a multiplicative
+/// hash is enough, and much cheaper per message than SipHash.
+type RelationMap = HashMap<u32, Arc<Relation>, BuildHasherDefault<OidHasher>>;
+
+#[derive(Debug, Default, Clone, Copy)]
+struct OidHasher(u64);
+
+impl Hasher for OidHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
 
@@ -91,23 +115,52 @@ enum Resolved {
 
 impl Resolved {
     fn relation(&self) -> Option<&Arc<Relation>> {
+        self.as_ref().relation()
+    }
+
+    fn type_info(&self) -> Option<&Arc<TypeInfo>> {
+        self.as_ref().type_info()
+    }
+
+    fn as_ref(&self) -> ResolvedRef<'_> {
         match self {
-            Resolved::Relation(r) => Some(r),
+            Resolved::Nothing => ResolvedRef::Nothing,
+            Resolved::Relation(r) => ResolvedRef::Relation(r),
+            Resolved::Relations(v) => ResolvedRef::Relations(v),
+            Resolved::Type(t) => ResolvedRef::Type(t),
+        }
+    }
+}
+
+/// [`Resolved`], borrowed: what `dispatch` reads (a plain transaction's data message
+/// borrows its relation from the cache instead of holding a reference count).
+#[derive(Debug, Clone, Copy)]
+enum ResolvedRef<'r> {
+    Nothing,
+    Relation(&'r Arc<Relation>),
+    Relations(&'r [Arc<Relation>]),
+    Type(&'r Arc<TypeInfo>),
+}
+
+impl<'r> ResolvedRef<'r> {
+    fn relation(self) -> Option<&'r Arc<Relation>> {
+        match self {
+            ResolvedRef::Relation(r) => Some(r),
             _ => None,
         }
     }
 
-    fn relations(&self) -> &[Arc<Relation>] {
+    fn relations(self) -> &'r [Arc<Relation>] {
         match self {
-            Resolved::Relation(r) => std::slice::from_ref(r),
-            Resolved::Relations(v) => v,
+            ResolvedRef::Relation(r) => std::slice::from_ref(r),
+            ResolvedRef::Relations(v) => v,
             _ => &[],
         }
     }
 
-    fn type_info(&self) -> Option<&Arc<TypeInfo>> {
+    fn type_info(self) -> Option<&'r Arc<TypeInfo>> {
         match self {
-            Resolved::Type(t) => Some(t),
+            ResolvedRef::Type(t) => Some(t),
             _ => None,
         }
     }
@@ -129,7 +182,7 @@ struct HeldMessage {
 struct HeldTx {
     messages: Vec<HeldMessage>,
     /// Relation descriptions sent inside a streamed transaction, in force for it only.
-    relations: HashMap<u32, Arc<Relation>>,
+    relations: RelationMap,
 }
 
 #[derive(Debug)]
@@ -148,7 +201,7 @@ enum TxState {
 #[derive(Debug)]
 pub struct Decoder {
     config: DecoderConfig,
-    relations: HashMap<u32, Arc<Relation>>,
+    relations: RelationMap,
     types: HashMap<u32, Arc<TypeInfo>>,
     state: TxState,
     /// Top-level xid of the streamed block being received.
@@ -161,7 +214,7 @@ impl Decoder {
     pub fn new(config: DecoderConfig) -> Self {
         Self {
             config,
-            relations: HashMap::new(),
+            relations: RelationMap::default(),
             types: HashMap::new(),
             state: TxState::Idle,
             open_stream: None,
@@ -398,6 +451,15 @@ impl Decoder {
                 return sink.event(&meta, EventRef::Message(m));
             }
         }
+        // The common case: a row change in a plain transaction, delivered at once with its
+        // relation borrowed from the cache.
+        if self.open_stream.is_none() {
+            if let TxState::Plain(tx) = &mut self.state {
+                if let Some(relation) = resolve_row(msg, &self.relations, None)? {
+                    return dispatch(msg, ResolvedRef::Relation(relation), lsn, tx, sink);
+                }
+            }
+        }
         let stream_relations = self.open_stream.and_then(|xid| self.streams.get(&xid));
         let resolved = resolve(msg, &self.relations, stream_relations.map(|h| &h.relations))?;
 
@@ -426,7 +488,7 @@ impl Decoder {
                 held.messages.push(hold(bytes, lsn, false, None, resolved));
                 Ok(())
             }
-            TxState::Plain(tx) => dispatch(msg, &resolved, lsn, tx, sink),
+            TxState::Plain(tx) => dispatch(msg, resolved.as_ref(), lsn, tx, sink),
             TxState::Idle => Ok(()),
         }
     }
@@ -486,22 +548,43 @@ fn data_xid(msg: &Message<'_>) -> Option<u32> {
     }
 }
 
-/// Looks up (and checks the tuples against) the relations a message refers to.
-fn resolve(
+/// Where the relation OID sits in a message: after the tag, and after the xid inside a
+/// stream.
+fn relation_offset(msg: &Message<'_>) -> usize {
+    if data_xid(msg).is_some() {
+        5
+    } else {
+        1
+    }
+}
+
+fn lookup<'r>(
     msg: &Message<'_>,
-    relations: &HashMap<u32, Arc<Relation>>,
-    overlay: Option<&HashMap<u32, Arc<Relation>>>,
-) -> Result<Resolved, DecodeError> {
+    oid: u32,
+    relations: &'r RelationMap,
+    overlay: Option<&'r RelationMap>,
+) -> Result<&'r Arc<Relation>, DecodeError> {
+    overlay
+        .and_then(|o| o.get(&oid))
+        .or_else(|| relations.get(&oid))
+        .ok_or_else(|| {
+            DecodeError::new(
+                msg.kind(),
+                relation_offset(msg),
+                Reason::UnknownRelation(oid),
+            )
+        })
+}
+
+/// For an Insert, Update or Delete: its relation, looked up and its tuples checked
+/// against it. `None` for any other message.
+fn resolve_row<'r>(
+    msg: &Message<'_>,
+    relations: &'r RelationMap,
+    overlay: Option<&'r RelationMap>,
+) -> Result<Option<&'r Arc<Relation>>, DecodeError> {
     let kind = msg.kind();
-    // Where the relation OID sits: after the tag, and after the xid inside a stream.
-    let at = if data_xid(msg).is_some() { 5 } else { 1 };
-    let lookup = |oid: u32| -> Result<Arc<Relation>, DecodeError> {
-        overlay
-            .and_then(|o| o.get(&oid))
-            .or_else(|| relations.get(&oid))
-            .cloned()
-            .ok_or_else(|| DecodeError::new(kind, at, Reason::UnknownRelation(oid)))
-    };
+    let at = relation_offset(msg);
     let check = |rel: &Relation, tuple: &[Datum<'_>]| -> Result<(), DecodeError> {
         if tuple.len() == rel.columns.len() {
             Ok(())
@@ -517,13 +600,10 @@ fn resolve(
             ))
         }
     };
-    let one = Resolved::Relation;
-    Ok(match msg {
-        Message::Relation(r) => one(Arc::new(Relation::from_message(r))),
-        Message::Type(t) => Resolved::Type(Arc::new(TypeInfo::from_message(t))),
+    Ok(Some(match msg {
         Message::Insert(m) => {
-            let rel = lookup(m.relation)?;
-            check(&rel, &m.new)?;
+            let rel = lookup(msg, m.relation, relations, overlay)?;
+            check(rel, &m.new)?;
             if m.new.iter().any(Datum::is_unchanged) {
                 return Err(DecodeError::new(
                     kind,
@@ -533,25 +613,41 @@ fn resolve(
                     },
                 ));
             }
-            one(rel)
+            rel
         }
         Message::Update(m) => {
-            let rel = lookup(m.relation)?;
+            let rel = lookup(msg, m.relation, relations, overlay)?;
             if let Some((_, old)) = &m.old {
-                check(&rel, old)?;
+                check(rel, old)?;
             }
-            check(&rel, &m.new)?;
-            one(rel)
+            check(rel, &m.new)?;
+            rel
         }
         Message::Delete(m) => {
-            let rel = lookup(m.relation)?;
-            check(&rel, &m.old.1)?;
-            one(rel)
+            let rel = lookup(msg, m.relation, relations, overlay)?;
+            check(rel, &m.old.1)?;
+            rel
         }
+        _ => return Ok(None),
+    }))
+}
+
+/// Looks up (and checks the tuples against) the relations a message refers to.
+fn resolve(
+    msg: &Message<'_>,
+    relations: &RelationMap,
+    overlay: Option<&RelationMap>,
+) -> Result<Resolved, DecodeError> {
+    if let Some(rel) = resolve_row(msg, relations, overlay)? {
+        return Ok(Resolved::Relation(Arc::clone(rel)));
+    }
+    Ok(match msg {
+        Message::Relation(r) => Resolved::Relation(Arc::new(Relation::from_message(r))),
+        Message::Type(t) => Resolved::Type(Arc::new(TypeInfo::from_message(t))),
         Message::Truncate(m) => Resolved::Relations(
             m.relations
                 .iter()
-                .map(|&oid| lookup(oid))
+                .map(|&oid| lookup(msg, oid, relations, overlay).cloned())
                 .collect::<Result<_, _>>()?,
         ),
         _ => Resolved::default(),
@@ -580,7 +676,7 @@ fn replay<S: EventSink>(
             Message::StreamPrepare(info) => {
                 sink.event(&tx.meta(m.lsn), EventRef::StreamPrepare(info))?;
             }
-            _ => dispatch(&msg, &m.resolved, m.lsn, tx, sink)?,
+            _ => dispatch(&msg, m.resolved.as_ref(), m.lsn, tx, sink)?,
         }
     }
     Ok(())
@@ -589,7 +685,7 @@ fn replay<S: EventSink>(
 /// Hands one in-transaction message to the sink, numbering data events.
 fn dispatch<S: EventSink>(
     msg: &Message<'_>,
-    resolved: &Resolved,
+    resolved: ResolvedRef<'_>,
     lsn: Lsn,
     tx: &mut TxMeta,
     sink: &mut S,

@@ -10,7 +10,9 @@ use arrow_array::builder::{
     Float32Builder, Float64Builder, Int16Builder, Int32Builder, Int64Builder, StringBuilder,
     Time64MicrosecondBuilder, TimestampMicrosecondBuilder,
 };
-use arrow_array::{ArrayRef, ListArray, StructArray};
+use arrow_array::builder::{GenericByteBuilder, PrimitiveBuilder};
+use arrow_array::types::ByteArrayType;
+use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, ListArray, StructArray};
 use arrow_buffer::{NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, FieldRef, Fields, TimeUnit};
 
@@ -307,7 +309,19 @@ impl ColumnBuilder {
             }
             Kind::Utf8(b) => {
                 match scalar {
-                    Some(Scalar::Uuid) => b.append_value(raw.uuid()?.as_str()),
+                    Some(Scalar::Uuid) => {
+                        let uuid = raw.uuid()?;
+                        match raw {
+                            // Already canonical (as PostgreSQL prints it): the text as is.
+                            Raw::Text(s)
+                                if <&[u8; 36]>::try_from(s.as_bytes()).ok()
+                                    == Some(uuid.as_bytes()) =>
+                            {
+                                b.append_value(s)
+                            }
+                            _ => b.append_value(uuid.as_str()),
+                        }
+                    }
                     Some(s) => b.append_value(text_of(s, raw, scratch)?),
                     // A type this layer does not know: its text form, as the contract asks.
                     None => match raw {
@@ -394,36 +408,48 @@ impl ColumnBuilder {
         }
     }
 
-    /// The values appended since the last call, as one array; the builder starts empty.
+    /// The values appended since the last call, as one array; the builder starts empty,
+    /// with room for as many values as this batch held (the next batch is likely alike:
+    /// no regrowth, no copying).
     pub fn finish(&mut self) -> ArrayRef {
         match &mut self.kind {
-            Kind::Bool(b) => Arc::new(b.finish()),
-            Kind::Int16(b) => Arc::new(b.finish()),
-            Kind::Int32(b) => Arc::new(b.finish()),
-            Kind::Int64(b) => Arc::new(b.finish()),
-            Kind::Float32(b) => Arc::new(b.finish()),
-            Kind::Float64(b) => Arc::new(b.finish()),
-            Kind::Decimal(b, _) => Arc::new(b.finish()),
-            Kind::Utf8(b) => Arc::new(b.finish()),
-            Kind::Binary(b) => Arc::new(b.finish()),
-            Kind::Date32(b) => Arc::new(b.finish()),
-            Kind::Time64(b) => Arc::new(b.finish()),
-            Kind::Timestamp(b) => Arc::new(b.finish()),
+            Kind::Bool(b) => {
+                let array = b.finish();
+                *b = BooleanBuilder::with_capacity(room(array.len()));
+                Arc::new(array)
+            }
+            Kind::Int16(b) => finish_primitive(b),
+            Kind::Int32(b) => finish_primitive(b),
+            Kind::Int64(b) => finish_primitive(b),
+            Kind::Float32(b) => finish_primitive(b),
+            Kind::Float64(b) => finish_primitive(b),
+            Kind::Decimal(b, _) => finish_primitive(b),
+            Kind::Utf8(b) => finish_bytes(b),
+            Kind::Binary(b) => finish_bytes(b),
+            Kind::Date32(b) => finish_primitive(b),
+            Kind::Time64(b) => finish_primitive(b),
+            Kind::Timestamp(b) => finish_primitive(b),
             Kind::Interval(p) => {
+                let n = room(p.valid.len());
                 let children: Vec<ArrayRef> = vec![
-                    Arc::new(p.months.finish()),
-                    Arc::new(p.days.finish()),
-                    Arc::new(p.micros.finish()),
+                    finish_primitive(&mut p.months),
+                    finish_primitive(&mut p.days),
+                    finish_primitive(&mut p.micros),
                 ];
                 let nulls = NullBuffer::new(p.valid.finish());
+                p.valid = BooleanBufferBuilder::new(n);
                 // Same lengths by construction: every append touches all four builders.
                 Arc::new(StructArray::new(interval_fields(), children, Some(nulls)))
             }
             Kind::List(list) => {
+                let n = room(list.valid.len());
                 let values = list.item.finish();
-                let offsets = std::mem::replace(&mut list.offsets, vec![0]);
+                let mut next = Vec::with_capacity(n + 1);
+                next.push(0);
+                let offsets = std::mem::replace(&mut list.offsets, next);
                 let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
                 let nulls = NullBuffer::new(list.valid.finish());
+                list.valid = BooleanBufferBuilder::new(n);
                 Arc::new(ListArray::new(
                     Arc::clone(&list.field),
                     offsets,
@@ -433,6 +459,27 @@ impl ColumnBuilder {
             }
         }
     }
+}
+
+/// Room for the next batch of a builder that held `n` values (or bytes): a little more,
+/// so a slightly larger batch does not regrow.
+pub(crate) fn room(n: usize) -> usize {
+    n.saturating_add(n / 16).saturating_add(16)
+}
+
+/// Finishes a primitive builder and replaces it with one sized like the batch.
+pub(crate) fn finish_primitive<T: ArrowPrimitiveType>(b: &mut PrimitiveBuilder<T>) -> ArrayRef {
+    let array = b.finish();
+    *b = PrimitiveBuilder::with_capacity(room(array.len()))
+        .with_data_type(array.data_type().clone());
+    Arc::new(array)
+}
+
+/// Finishes a string or binary builder and replaces it with one sized like the batch.
+pub(crate) fn finish_bytes<T: ByteArrayType>(b: &mut GenericByteBuilder<T>) -> ArrayRef {
+    let array = b.finish();
+    *b = GenericByteBuilder::with_capacity(room(array.len()), room(array.value_data().len()));
+    Arc::new(array)
 }
 
 /// The string form of a value of a type represented as Arrow string.

@@ -26,6 +26,11 @@ pub struct ArrowSink {
     segments: Vec<ChangeTable>,
     /// Relation OID -> index of its current segment.
     current: HashMap<u32, usize>,
+    /// The segment the last row went to (always `current`'s entry for its OID).
+    last: Option<usize>,
+    /// Tables finished by the last `take`, kept with their builders sized like that
+    /// batch: a relation's next segment reuses its table instead of growing a new one.
+    spare: HashMap<u32, ChangeTable>,
 }
 
 impl ArrowSink {
@@ -34,6 +39,8 @@ impl ArrowSink {
             binary,
             segments: Vec::new(),
             current: HashMap::new(),
+            last: None,
+            spare: HashMap::new(),
         }
     }
 
@@ -43,31 +50,48 @@ impl ArrowSink {
     }
 
     fn table(&mut self, relation: &Arc<Relation>) -> &mut ChangeTable {
+        let index = match self.last.filter(|&i| {
+            self.segments
+                .get(i)
+                .is_some_and(|t| Arc::ptr_eq(&t.relation, relation))
+        }) {
+            Some(i) => i,
+            None => self.lookup(relation),
+        };
+        self.last = Some(index);
+        // `index` is valid: it was just found or pushed.
+        #[allow(clippy::indexing_slicing)]
+        &mut self.segments[index]
+    }
+
+    fn lookup(&mut self, relation: &Arc<Relation>) -> usize {
         let reuse = self.current.get(&relation.oid).copied().filter(|&i| {
             self.segments.get(i).is_some_and(|t| {
                 Arc::ptr_eq(&t.relation, relation) || same_shape(&t.relation, relation)
             })
         });
-        let index = match reuse {
+        match reuse {
             Some(i) => i,
             None => {
-                self.segments
-                    .push(ChangeTable::new(Arc::clone(relation), self.binary));
+                let table = match self.spare.remove(&relation.oid) {
+                    Some(t) if Arc::ptr_eq(&t.relation, relation) => t,
+                    _ => ChangeTable::new(Arc::clone(relation), self.binary),
+                };
+                self.segments.push(table);
                 let i = self.segments.len() - 1;
                 self.current.insert(relation.oid, i);
                 i
             }
-        };
-        // `index` is valid: it was just found or pushed.
-        #[allow(clippy::indexing_slicing)]
-        &mut self.segments[index]
+        }
     }
 
     /// Finishes and returns every segment that holds rows, oldest first; the sink starts
     /// empty again (relations stay known).
     pub fn take(&mut self) -> Result<Vec<Segment>, ArrowError> {
         let mut out = Vec::new();
+        let mut finished = Vec::with_capacity(self.segments.len());
         for table in &mut self.segments {
+            finished.push(table.rows() > 0);
             if table.rows() > 0 {
                 out.push(Segment {
                     table: table.relation.qualified_name.clone(),
@@ -75,8 +99,14 @@ impl ArrowSink {
                 });
             }
         }
-        self.segments.clear();
+        self.spare.clear();
+        for (table, finished) in self.segments.drain(..).zip(finished) {
+            if finished {
+                self.spare.insert(table.relation.oid, table);
+            }
+        }
         self.current.clear();
+        self.last = None;
         Ok(out)
     }
 }
@@ -159,6 +189,95 @@ impl EventSink for ArrowSink {
                 Ok(())
             }
             _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Datum;
+    use crate::relation::Column;
+
+    fn relation(oid: u32, name: &str) -> Arc<Relation> {
+        let column = |name: &str, type_oid: u32, type_modifier: i32| Column {
+            name: name.to_owned(),
+            type_oid,
+            type_modifier,
+            is_key: name == "id",
+        };
+        Arc::new(Relation {
+            oid,
+            namespace: "public".to_owned(),
+            name: name.to_owned(),
+            qualified_name: format!("public.{name}"),
+            replica_identity: b'd',
+            columns: vec![
+                column("id", 20, -1),
+                column("name", 25, -1),
+                // numeric(12,2)
+                column("amount", 1700, (12 << 16 | 2) + 4),
+                column("tags", 1009, -1),
+            ],
+        })
+    }
+
+    fn feed(sink: &mut ArrowSink, rel: &Arc<Relation>, from: usize, to: usize) {
+        for i in from..to {
+            let id = i.to_string();
+            let name = "x".repeat(i % 7);
+            let amount = format!("{i}.25");
+            let row = [
+                Datum::Text(&id),
+                if i % 3 == 0 {
+                    Datum::Null
+                } else {
+                    Datum::Text(&name)
+                },
+                Datum::Text(&amount),
+                Datum::Text("{a,NULL,b}"),
+            ];
+            let meta = EventMeta {
+                start_lsn: i as u64,
+                commit_lsn: Some(1000),
+                tx_ordinal: i as u64,
+                xid: Some(7),
+                commit_timestamp: Some(0),
+            };
+            let event = EventRef::Insert {
+                relation: rel,
+                row: &row,
+            };
+            assert!(sink.event(&meta, event).is_ok());
+        }
+    }
+
+    /// Tables kept across `take` (with their builders sized like the last batch) give
+    /// exactly the batches fresh tables give.
+    #[test]
+    fn reused_tables_give_the_same_batches() {
+        let a = relation(1, "a");
+        let b = relation(2, "b");
+        let mut reused = ArrowSink::new(false);
+        let mut out = Vec::new();
+        let mut fresh = Vec::new();
+        for (round, n) in [100, 3, 250, 0].into_iter().enumerate() {
+            // Order of first rows alternates: the segments must follow it.
+            let (first, second) = if round % 2 == 0 { (&a, &b) } else { (&b, &a) };
+            feed(&mut reused, first, 0, n);
+            feed(&mut reused, second, 0, n / 2 + 1);
+            let taken = reused.take();
+            assert!(taken.is_ok());
+            out.extend(taken.unwrap_or_default());
+            let mut new = ArrowSink::new(false);
+            feed(&mut new, first, 0, n);
+            feed(&mut new, second, 0, n / 2 + 1);
+            fresh.extend(new.take().unwrap_or_default());
+        }
+        assert_eq!(out.len(), fresh.len());
+        for (x, y) in out.iter().zip(&fresh) {
+            assert_eq!(x.table, y.table);
+            assert_eq!(x.batch, y.batch);
         }
     }
 }

@@ -9,7 +9,7 @@ use arrow_array::{ArrayRef, BooleanArray, RecordBatch, StructArray};
 use arrow_buffer::NullBuffer;
 use arrow_schema::{ArrowError, DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
-use super::column::{arrow_type, ColumnBuilder};
+use super::column::{arrow_type, finish_bytes, finish_primitive, room, ColumnBuilder};
 use crate::protocol::{Datum, Lsn, OldKind, PgTimestamp};
 use crate::relation::Relation;
 use crate::values::ValueError;
@@ -247,20 +247,24 @@ impl ChangeTable {
     /// Finishes the rows appended so far into one record batch; the table starts empty again.
     pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
         flush_nulls(&mut self.before, &mut self.before_pending_nulls);
+        let n = room(self.rows);
         let mut arrays: Vec<ArrayRef> = self.columns.iter_mut().map(|b| b.finish()).collect();
         let before_arrays: Vec<ArrayRef> = self.before.iter_mut().map(|b| b.finish()).collect();
         let nulls = NullBuffer::new(self.before_valid.finish());
+        self.before_valid = BooleanBufferBuilder::new(n);
         let before = StructArray::try_new(data_fields(&self.relation), before_arrays, Some(nulls))?;
+        let unchanged = Arc::new(self.unchanged.finish());
+        self.unchanged = ListBuilder::with_capacity(StringBuilder::new(), n);
         arrays.extend([
-            Arc::new(self.change_type.finish()) as ArrayRef,
-            Arc::new(self.lsn.finish()),
-            Arc::new(self.commit_lsn.finish()),
-            Arc::new(self.tx_ordinal.finish()),
-            Arc::new(self.commit_ts.finish()),
-            Arc::new(self.xid.finish()),
+            finish_bytes(&mut self.change_type),
+            finish_primitive(&mut self.lsn),
+            finish_primitive(&mut self.commit_lsn),
+            finish_primitive(&mut self.tx_ordinal),
+            finish_primitive(&mut self.commit_ts),
+            finish_primitive(&mut self.xid),
             Arc::new(before),
-            Arc::new(self.before_kind.finish()),
-            Arc::new(self.unchanged.finish()),
+            finish_bytes(&mut self.before_kind),
+            unchanged,
         ]);
         self.rows = 0;
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), arrays)?;

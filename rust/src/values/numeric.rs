@@ -34,6 +34,51 @@ fn err(kind: ValueErrorKind) -> ValueError {
     ValueError::new(TY, kind)
 }
 
+/// 10^0 to 10^38.
+#[rustfmt::skip]
+#[allow(clippy::unreadable_literal)]
+const POW10: [u128; 39] = [
+    1,
+    10,
+    100,
+    1000,
+    10000,
+    100000,
+    1000000,
+    10000000,
+    100000000,
+    1000000000,
+    10000000000,
+    100000000000,
+    1000000000000,
+    10000000000000,
+    100000000000000,
+    1000000000000000,
+    10000000000000000,
+    100000000000000000,
+    1000000000000000000,
+    10000000000000000000,
+    100000000000000000000,
+    1000000000000000000000,
+    10000000000000000000000,
+    100000000000000000000000,
+    1000000000000000000000000,
+    10000000000000000000000000,
+    100000000000000000000000000,
+    1000000000000000000000000000,
+    10000000000000000000000000000,
+    100000000000000000000000000000,
+    1000000000000000000000000000000,
+    10000000000000000000000000000000,
+    100000000000000000000000000000000,
+    1000000000000000000000000000000000,
+    10000000000000000000000000000000000,
+    100000000000000000000000000000000000,
+    1000000000000000000000000000000000000,
+    10000000000000000000000000000000000000,
+    100000000000000000000000000000000000000,
+];
+
 /// Collects decimal digits, most significant first, into an unscaled magnitude at a
 /// fixed scale, refusing to round or overflow.
 struct Unscaled {
@@ -119,6 +164,63 @@ fn split_text(s: &str) -> Result<(bool, &[u8], &[u8]), ValueError> {
 
 /// numeric text -> unscaled i128 at `spec.scale` (`-12.30` at scale 2 is -1230).
 pub fn text_to_decimal(s: &str, spec: Decimal128Spec) -> Result<i128, ValueError> {
+    if let Some(result) = text_to_decimal_fast(s, spec) {
+        return result;
+    }
+    text_to_decimal_by_digits(s, spec)
+}
+
+/// The common case in one pass: `-?digits(.digits)?` with at most 38 digits and no more
+/// fraction digits than the scale, so the value is exact and only overflow can fail.
+/// `None` for anything else, left to [`text_to_decimal_by_digits`].
+fn text_to_decimal_fast(s: &str, spec: Decimal128Spec) -> Option<Result<i128, ValueError>> {
+    let bytes = s.as_bytes();
+    let (negative, body) = match bytes.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, bytes),
+    };
+    if body.is_empty() || body.len() > 39 {
+        return None;
+    }
+    // Up to 19 digits fit a u64; longer numbers take the digit-by-digit path.
+    let mut magnitude: u64 = 0;
+    let mut frac_digits: Option<u32> = None;
+    for &b in body {
+        match b {
+            b'0'..=b'9' => {
+                magnitude = magnitude
+                    .checked_mul(10)?
+                    .checked_add(u64::from(b - b'0'))?;
+                if let Some(n) = frac_digits.as_mut() {
+                    *n += 1;
+                }
+            }
+            b'.' if frac_digits.is_none() => frac_digits = Some(0),
+            _ => return None,
+        }
+    }
+    let frac_digits = frac_digits.unwrap_or(0);
+    // "5." and ".5" are not numeric_out's form; a leading point means no integer digit.
+    if body.first() == Some(&b'.') || body.last() == Some(&b'.') {
+        return None;
+    }
+    let scale = u32::try_from(spec.scale).ok()?;
+    let shift = scale.checked_sub(frac_digits)?;
+    let overflow = || err(ValueErrorKind::NumericOverflow);
+    let limit = 10_u128.pow(u32::from(spec.precision.min(38)));
+    Some(
+        10_u128
+            .checked_pow(shift)
+            .and_then(|p| u128::from(magnitude).checked_mul(p))
+            .filter(|&m| m < limit)
+            .ok_or_else(overflow)
+            .and_then(|m| i128::try_from(m).map_err(|_| overflow()))
+            .map(|v| if negative { -v } else { v }),
+    )
+}
+
+/// numeric text -> unscaled i128 at `spec.scale`, a decimal digit at a time.
+fn text_to_decimal_by_digits(s: &str, spec: Decimal128Spec) -> Result<i128, ValueError> {
     let (negative, int, frac) = split_text(s)?;
     let mut acc = Unscaled::new(spec.scale);
     let int_len = i32::try_from(int.len()).map_err(|_| err(ValueErrorKind::NumericOverflow))?;
@@ -186,9 +288,10 @@ impl Binary<'_> {
     }
 
     fn base_digits(&self) -> impl Iterator<Item = u16> + '_ {
-        self.digits
-            .chunks_exact(2)
-            .map(|pair| pair.iter().fold(0, |acc, &b| acc << 8 | u16::from(b)))
+        self.digits.chunks_exact(2).map(|pair| match *pair {
+            [hi, lo] => u16::from_be_bytes([hi, lo]),
+            _ => 0,
+        })
     }
 
     /// Every decimal digit with its exponent, down to the display scale, most
@@ -208,6 +311,63 @@ impl Binary<'_> {
                 ]
             })
             .filter(move |&(_, exp)| exp >= min_exp)
+    }
+
+    /// The decimal at `spec.scale`, when that scale is at least the display scale: no
+    /// digit kept can then fall below the decimal's last place, so the value is exact and
+    /// the only possible failure is overflow. Works a base-10000 digit at a time; gives
+    /// what [`Unscaled`] would, digit by digit.
+    fn to_decimal_at_dscale(&self, spec: Decimal128Spec) -> Result<i128, ValueError> {
+        let overflow = || err(ValueErrorKind::NumericOverflow);
+        let dscale = i32::from(self.dscale);
+        let weight = i32::from(self.weight);
+        // The value truncated below 10^-dscale, times 10^dscale.
+        let mut magnitude: u128 = 0;
+        for (i, d) in self.base_digits().enumerate() {
+            if d == 0 {
+                continue;
+            }
+            let i = i32::try_from(i).map_err(|_| overflow())?;
+            // Power of ten of this digit's last decimal place, counted from 10^-dscale.
+            let exp = 4 * (weight - i) + dscale;
+            let part = if exp >= 0 {
+                // Past 10^38 every nonzero digit overflows.
+                usize::try_from(exp)
+                    .ok()
+                    .and_then(|e| POW10.get(e))
+                    .and_then(|p| p.checked_mul(u128::from(d)))
+                    .ok_or_else(overflow)?
+            } else {
+                match -exp {
+                    1 => u128::from(d / 10),
+                    2 => u128::from(d / 100),
+                    3 => u128::from(d / 1000),
+                    _ => 0,
+                }
+            };
+            magnitude = magnitude.checked_add(part).ok_or_else(overflow)?;
+        }
+        let shift = u32::try_from(i32::from(spec.scale) - dscale).map_err(|_| overflow())?;
+        let magnitude = 10_u128
+            .checked_pow(shift)
+            .and_then(|p| magnitude.checked_mul(p))
+            .ok_or_else(overflow)?;
+        let limit = 10_u128.pow(u32::from(spec.precision.min(38)));
+        if magnitude >= limit {
+            return Err(overflow());
+        }
+        // Below 10^38 < 2^127: fits.
+        let value = i128::try_from(magnitude).map_err(|_| overflow())?;
+        Ok(if self.sign == SIGN_NEG { -value } else { value })
+    }
+
+    /// The decimal at `spec.scale`, a decimal digit at a time (any scale).
+    fn to_decimal_by_digits(&self, spec: Decimal128Spec) -> Result<i128, ValueError> {
+        let mut acc = Unscaled::new(spec.scale);
+        for (d, exp) in self.decimal_digits() {
+            acc.push(d, exp)?;
+        }
+        acc.finish(spec, self.is_negative())
     }
 
     /// The special value's error, for decimal conversion.
@@ -232,11 +392,10 @@ pub fn binary_to_decimal(b: &[u8], spec: Decimal128Spec) -> Result<i128, ValueEr
     if let Some(e) = value.special() {
         return Err(e);
     }
-    let mut acc = Unscaled::new(spec.scale);
-    for (d, exp) in value.decimal_digits() {
-        acc.push(d, exp)?;
+    if i32::from(value.dscale) <= i32::from(spec.scale) {
+        return value.to_decimal_at_dscale(spec);
     }
-    acc.finish(spec, value.is_negative())
+    value.to_decimal_by_digits(spec)
 }
 
 /// numeric binary -> the text `numeric_out` prints, into `out` (cleared first).
@@ -301,4 +460,78 @@ pub(crate) fn write_binary(b: &[u8], out: &mut String) -> Result<(), ValueError>
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod fast_path_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn encode(ndigits: &[u16], weight: i16, sign: u16, dscale: u16) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&i16::try_from(ndigits.len()).unwrap_or(0).to_be_bytes());
+        b.extend_from_slice(&weight.to_be_bytes());
+        b.extend_from_slice(&sign.to_be_bytes());
+        b.extend_from_slice(&dscale.to_be_bytes());
+        for d in ndigits {
+            b.extend_from_slice(&d.to_be_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn pow10_table() {
+        for (i, p) in (0_u32..).zip(POW10) {
+            assert_eq!(p, 10_u128.pow(i));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn text_fast_path_matches_digit_path(
+            s in "-?[0-9.]{0,41}",
+            precision in 1_u8..=38,
+            scale in -3_i8..40,
+        ) {
+            let spec = Decimal128Spec { precision, scale };
+            if let Some(fast) = text_to_decimal_fast(&s, spec) {
+                prop_assert_eq!(fast, text_to_decimal_by_digits(&s, spec));
+            }
+        }
+
+        #[test]
+        fn text_fast_path_matches_digit_path_on_numbers(
+            int in "-?[0-9]{1,20}",
+            frac in proptest::option::of("[0-9]{1,20}"),
+            precision in 1_u8..=38,
+            scale in 0_i8..25,
+        ) {
+            let s = match frac {
+                Some(f) => format!("{int}.{f}"),
+                None => int,
+            };
+            let spec = Decimal128Spec { precision, scale };
+            prop_assert_eq!(text_to_decimal(&s, spec), text_to_decimal_by_digits(&s, spec));
+        }
+
+        #[test]
+        fn base_digit_path_matches_digit_path(
+            digits in proptest::collection::vec(prop_oneof![0_u16..10, 0_u16..10_000, Just(0_u16), Just(9999_u16)], 0..12),
+            weight in -12_i16..12,
+            negative in any::<bool>(),
+            dscale in 0_u16..20,
+            precision in 1_u8..=38,
+            extra in 0_i8..10,
+        ) {
+            let sign = if negative { SIGN_NEG } else { SIGN_POS };
+            let bytes = encode(&digits, weight, sign, dscale);
+            let value = Binary::parse(&bytes);
+            prop_assert!(value.is_ok());
+            if let Ok(value) = value {
+                let scale = i8::try_from(dscale).unwrap_or(0).saturating_add(extra);
+                let spec = Decimal128Spec { precision, scale };
+                prop_assert_eq!(value.to_decimal_at_dscale(spec), value.to_decimal_by_digits(spec));
+            }
+        }
+    }
 }

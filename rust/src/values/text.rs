@@ -55,7 +55,14 @@ pub fn uint32(s: &str, type_name: &'static str) -> Result<i64, ValueError> {
 /// Float text: `float4out`/`float8out` print the shortest exact decimal (PostgreSQL 12+
 /// with extra_float_digits > 0), `1e+20`-style exponents, `NaN`, `Infinity`,
 /// `-Infinity`. Rust's parser is correctly rounded and takes all of these.
-fn float<T: std::str::FromStr>(s: &str, type_name: &'static str) -> Result<T, ValueError> {
+fn float<T: std::str::FromStr + Float>(s: &str, type_name: &'static str) -> Result<T, ValueError> {
+    // A finite result: Rust's parser took digits, a point, an exponent and signs only, no
+    // word; nothing more to check.
+    if let Ok(v) = s.parse::<T>() {
+        if v.finite() {
+            return Ok(v);
+        }
+    }
     // Rust also takes `inf`, `-nan` and the like; PostgreSQL's spellings are the only
     // words let through.
     let word = s
@@ -65,6 +72,23 @@ fn float<T: std::str::FromStr>(s: &str, type_name: &'static str) -> Result<T, Va
         return Err(ValueError::malformed(type_name));
     }
     s.parse().map_err(|_| ValueError::malformed(type_name))
+}
+
+/// What [`float`] needs of a float type.
+trait Float: Copy {
+    fn finite(self) -> bool;
+}
+
+impl Float for f32 {
+    fn finite(self) -> bool {
+        self.is_finite()
+    }
+}
+
+impl Float for f64 {
+    fn finite(self) -> bool {
+        self.is_finite()
+    }
 }
 
 pub fn float4(s: &str) -> Result<f32, ValueError> {

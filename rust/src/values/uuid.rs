@@ -76,12 +76,13 @@ pub fn text(s: &str) -> Result<Uuid, ValueError> {
 pub fn binary(b: &[u8]) -> Result<Uuid, ValueError> {
     let bytes: &[u8; 16] = b.try_into().map_err(|_| ValueError::malformed(TY))?;
     let mut out = [b'-'; 36];
-    let mut digits = bytes.iter().flat_map(|&byte| [byte >> 4, byte & 0x0f]);
-    for (slot, &dash) in out.iter_mut().zip(IS_DASH.iter()) {
-        if !dash {
-            if let Some(&digit) = digits.next().and_then(|n| HEX.get(usize::from(n))) {
-                *slot = digit;
-            }
+    // Where each byte's two hex digits go: the groups are 4, 2, 2, 2 and 6 bytes.
+    const AT: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
+    for (&byte, &at) in bytes.iter().zip(AT.iter()) {
+        let hi = HEX.get(usize::from(byte >> 4)).copied().unwrap_or(b'0');
+        let lo = HEX.get(usize::from(byte & 0x0f)).copied().unwrap_or(b'0');
+        if let Some(pair) = out.get_mut(at..at + 2) {
+            pair.copy_from_slice(&[hi, lo]);
         }
     }
     Ok(Uuid(out))
