@@ -461,7 +461,17 @@ impl Decoder {
             }
         }
         let stream_relations = self.open_stream.and_then(|xid| self.streams.get(&xid));
-        let resolved = resolve(msg, &self.relations, stream_relations.map(|h| &h.relations))?;
+        let resolved = resolve(
+            msg,
+            &self.relations,
+            stream_relations.map(|h| &h.relations),
+            &self.types,
+        )?;
+        // What a type is does not depend on the transaction that described it: Type
+        // messages apply at once, also inside streamed blocks.
+        if let (Message::Type(t), Some(info)) = (msg, resolved.type_info()) {
+            self.types.insert(t.oid, Arc::clone(info));
+        }
 
         if let Some(xid) = self.open_stream {
             let held = self.streams.entry(xid).or_default();
@@ -637,12 +647,13 @@ fn resolve(
     msg: &Message<'_>,
     relations: &RelationMap,
     overlay: Option<&RelationMap>,
+    types: &HashMap<u32, Arc<TypeInfo>>,
 ) -> Result<Resolved, DecodeError> {
     if let Some(rel) = resolve_row(msg, relations, overlay)? {
         return Ok(Resolved::Relation(Arc::clone(rel)));
     }
     Ok(match msg {
-        Message::Relation(r) => Resolved::Relation(Arc::new(Relation::from_message(r))),
+        Message::Relation(r) => Resolved::Relation(Arc::new(Relation::from_message(r, types))),
         Message::Type(t) => Resolved::Type(Arc::new(TypeInfo::from_message(t))),
         Message::Truncate(m) => Resolved::Relations(
             m.relations

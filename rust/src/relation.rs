@@ -7,7 +7,11 @@
 //! listed in `pg_attribute.attnum` order, restricted to the published column list; tuples
 //! carry their values in exactly this order.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use crate::protocol::{RelationMsg, TypeMsg};
+use crate::values::Scalar;
 
 /// Column flag bit: the column belongs to the replica identity.
 pub const FLAG_IDENTITY: u8 = 1;
@@ -16,6 +20,9 @@ pub const FLAG_IDENTITY: u8 = 1;
 pub struct Column {
     pub name: String,
     pub type_oid: u32,
+    /// The built-in type whose values the column holds: `type_oid` itself, or for a
+    /// domain the base type a Type message named (see [`base_type_oid`]).
+    pub base_type_oid: u32,
     pub type_modifier: i32,
     /// Part of the replica identity (every column under REPLICA IDENTITY FULL).
     pub is_key: bool,
@@ -35,7 +42,8 @@ pub struct Relation {
 }
 
 impl Relation {
-    pub fn from_message(msg: &RelationMsg<'_>) -> Self {
+    /// `types`: the Type messages seen so far, to resolve domains to their base types.
+    pub fn from_message(msg: &RelationMsg<'_>, types: &HashMap<u32, Arc<TypeInfo>>) -> Self {
         let namespace = if msg.namespace.is_empty() {
             "pg_catalog"
         } else {
@@ -53,6 +61,10 @@ impl Relation {
                 .map(|c| Column {
                     name: c.name.to_owned(),
                     type_oid: c.type_oid,
+                    base_type_oid: types
+                        .get(&c.type_oid)
+                        .and_then(|t| base_type_oid(t))
+                        .unwrap_or(c.type_oid),
                     type_modifier: c.type_modifier,
                     is_key: c.flags & FLAG_IDENTITY != 0,
                 })
@@ -82,4 +94,37 @@ impl TypeInfo {
             name: msg.name.to_owned(),
         }
     }
+}
+
+/// The scalar types the value layer decodes, by OID.
+const BUILTIN_SCALARS: &[u32] = &[
+    16, 17, 19, 20, 21, 23, 25, 26, 28, 29, 114, 142, 650, 700, 701, 774, 790, 829, 869, 1042,
+    1043, 1082, 1083, 1114, 1184, 1186, 1266, 1700, 2950, 3614, 3802, 3904, 3906, 3908, 3910, 3912,
+    3926, 4451, 4532, 4533, 4534, 4535, 4536,
+];
+
+/// The built-in type a Type message names, if it names one.
+///
+/// pgoutput describes every non-built-in column type with a Type message; for a domain it
+/// sends the domain's OID with its *base type's* namespace and name
+/// (`logicalrep_write_typ` looks the base type up), so a domain over a built-in type
+/// shows up as, say, `pg_catalog.int4` (or `pg_catalog._int4` over an array): its values
+/// are that type's, in both formats.
+pub fn base_type_oid(info: &TypeInfo) -> Option<u32> {
+    if info.namespace != "pg_catalog" {
+        return None;
+    }
+    let (element, is_array) = match info.name.strip_prefix('_') {
+        Some(element) => (element, true),
+        None => (info.name.as_str(), false),
+    };
+    let scalar = BUILTIN_SCALARS
+        .iter()
+        .filter_map(|&oid| Scalar::from_oid(oid, -1))
+        .find(|s| s.name() == element)?;
+    Some(if is_array {
+        scalar.array_oid()
+    } else {
+        scalar.oid()
+    })
 }

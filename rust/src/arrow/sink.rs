@@ -203,6 +203,7 @@ mod tests {
         let column = |name: &str, type_oid: u32, type_modifier: i32| Column {
             name: name.to_owned(),
             type_oid,
+            base_type_oid: type_oid,
             type_modifier,
             is_key: name == "id",
         };

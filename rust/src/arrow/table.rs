@@ -54,10 +54,11 @@ fn data_fields(relation: &Relation) -> Fields {
         .map(|c| {
             let metadata = [
                 ("pg_type_oid".to_owned(), c.type_oid.to_string()),
+                ("pg_base_type_oid".to_owned(), c.base_type_oid.to_string()),
                 ("pg_type_modifier".to_owned(), c.type_modifier.to_string()),
                 ("pg_replica_identity".to_owned(), c.is_key.to_string()),
             ];
-            Field::new(&c.name, arrow_type(c.type_oid, c.type_modifier), true)
+            Field::new(&c.name, arrow_type(c.base_type_oid, c.type_modifier), true)
                 .with_metadata(metadata.into_iter().collect())
         })
         .collect()
@@ -136,7 +137,7 @@ impl ChangeTable {
             relation
                 .columns
                 .iter()
-                .map(|c| ColumnBuilder::new(c.type_oid, c.type_modifier))
+                .map(|c| ColumnBuilder::new(c.base_type_oid, c.type_modifier))
                 .collect()
         };
         Self {

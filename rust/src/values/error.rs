@@ -41,12 +41,12 @@ impl ValueErrorKind {
         match self {
             Self::Malformed => "malformed value",
             Self::InvalidUtf8 => "value is not valid UTF-8",
-            Self::NumericNaN => "NaN has no decimal representation",
+            Self::NumericNaN => "not-a-number has no decimal representation",
             Self::Infinite { .. } => "infinite value has no representation",
             Self::NumericOverflow => "value has more digits than the decimal precision",
             Self::InexactScale => "value has more fractional digits than the decimal scale",
             Self::OutOfRange => "value is out of the representable range",
-            Self::Time2400 => "time 24:00:00 does not fit time64",
+            Self::Time2400 => "the end-of-day time does not fit time64",
             Self::MultiDimensionalArray => "multi-dimensional array does not fit a list",
             Self::Unsupported => "format not supported for this type",
         }

@@ -112,7 +112,7 @@ fn errors_name_the_type_and_never_the_value() {
         (ValueErrorKind::InvalidUtf8, "value is not valid UTF-8"),
         (
             ValueErrorKind::NumericNaN,
-            "NaN has no decimal representation",
+            "not-a-number has no decimal representation",
         ),
         (
             ValueErrorKind::Infinite { negative: true },
@@ -132,7 +132,7 @@ fn errors_name_the_type_and_never_the_value() {
         ),
         (
             ValueErrorKind::Time2400,
-            "time 24:00:00 does not fit time64",
+            "the end-of-day time does not fit time64",
         ),
         (
             ValueErrorKind::MultiDimensionalArray,
