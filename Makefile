@@ -66,6 +66,7 @@ bench-py: build bench-capture
 	$(PIP) install -q -r benches/requirements.txt
 	$(VENV)/bin/pytest benches -q --benchmark-only
 	$(PY) benches/report.py
+	$(PY) benches/memory.py
 
 # Each proptest fuzz target of tests/fuzz.rs runs this long (seconds).
 FUZZ_SECONDS ?= 600
