@@ -71,11 +71,27 @@ impl ArrowSink {
             })
         });
         match reuse {
-            Some(i) => i,
+            Some(i) => {
+                // A Relation message that repeats the table's relation exactly (pgoutput
+                // resends relations, e.g. in each new decoding session) changes nothing the
+                // table derives from it: adopt it, so later rows take the fast path in `table`.
+                if let Some(t) = self.segments.get_mut(i) {
+                    adopt_if_equal(t, relation);
+                }
+                i
+            }
             None => {
+                // Equal relations give equal tables: reuse the spare's builders, sized
+                // like the last batch, instead of growing fresh ones.
                 let table = match self.spare.remove(&relation.oid) {
-                    Some(t) if Arc::ptr_eq(&t.relation, relation) => t,
-                    _ => ChangeTable::new(Arc::clone(relation), self.binary),
+                    Some(mut t) => {
+                        if adopt_if_equal(&mut t, relation) {
+                            t
+                        } else {
+                            ChangeTable::new(Arc::clone(relation), self.binary)
+                        }
+                    }
+                    None => ChangeTable::new(Arc::clone(relation), self.binary),
                 };
                 self.segments.push(table);
                 let i = self.segments.len() - 1;
@@ -109,6 +125,19 @@ impl ArrowSink {
         self.last = None;
         Ok(out)
     }
+}
+
+/// Makes `relation` the table's relation when the two are equal (the table, its schema
+/// and its batches are derived from the relation's contents only); whether they were.
+fn adopt_if_equal(table: &mut ChangeTable, relation: &Arc<Relation>) -> bool {
+    if Arc::ptr_eq(&table.relation, relation) {
+        return true;
+    }
+    if *table.relation == **relation {
+        table.relation = Arc::clone(relation);
+        return true;
+    }
+    false
 }
 
 /// Same columns, same types, same identity flags: rows can share a batch.
@@ -251,6 +280,52 @@ mod tests {
             };
             assert!(sink.event(&meta, event).is_ok());
         }
+    }
+
+    /// A relation resent unchanged (a new `Arc`, equal contents), mid-batch or between
+    /// batches, gives exactly the batches one unchanging relation gives; a resent relation
+    /// that differs gets a table of its own schema.
+    #[test]
+    fn resent_relations_give_the_same_batches() {
+        let mut resent = ArrowSink::new(false);
+        let mut same = ArrowSink::new(false);
+        let a = relation(1, "a");
+        let mut out = Vec::new();
+        let mut expected = Vec::new();
+        for n in [40, 7, 90] {
+            feed(&mut resent, &relation(1, "a"), 0, n);
+            feed(&mut resent, &relation(1, "a"), n, 2 * n);
+            out.extend(resent.take().unwrap_or_default());
+            feed(&mut same, &a, 0, 2 * n);
+            expected.extend(same.take().unwrap_or_default());
+        }
+        assert_eq!(out.len(), expected.len());
+        for (x, y) in out.iter().zip(&expected) {
+            assert_eq!(x.table, y.table);
+            assert_eq!(x.batch, y.batch);
+        }
+        let mut full = Relation::clone(&a);
+        full.replica_identity = b'f';
+        let full = Arc::new(full);
+        feed(&mut resent, &full, 0, 5);
+        let taken = resent.take().unwrap_or_default();
+        assert_eq!(taken.len(), 1);
+        let mut fresh = ArrowSink::new(false);
+        feed(&mut fresh, &full, 0, 5);
+        let fresh = fresh.take().unwrap_or_default();
+        assert_eq!(
+            taken.first().map(|s| &s.batch),
+            fresh.first().map(|s| &s.batch)
+        );
+        assert_eq!(
+            taken.first().and_then(|s| s
+                .batch
+                .schema()
+                .metadata()
+                .get("pg_replica_identity")
+                .cloned()),
+            Some("f".to_owned())
+        );
     }
 
     /// Tables kept across `take` (with their builders sized like the last batch) give
