@@ -28,7 +28,7 @@ use arrow_array::Array;
 use pgwire_cdc::arrow::column::ColumnBuilder;
 use pgwire_cdc::arrow::ArrowSink;
 use pgwire_cdc::protocol::{parse_message, Datum, ParseContext};
-use pgwire_cdc::sink::NullSink;
+use pgwire_cdc::sink::{EventSink, NullSink};
 use pgwire_cdc::{Decoder, DecoderConfig};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -161,29 +161,38 @@ fn fuzz_parse_message_mutated_captures() {
     });
 }
 
+/// Feeds a whole capture with message `at` (modulo its length) mutated; every error must
+/// point inside its message.
+fn feed_mutated<S: EventSink>(
+    cap: &common::Capture,
+    at: usize,
+    muts: &[Mutation],
+    sink: &mut S,
+) -> Result<(), TestCaseError> {
+    let mut dec = Decoder::new(DecoderConfig {
+        proto_version: cap.proto_version,
+        binary: cap.binary,
+    });
+    let target = at % cap.messages.len();
+    for (i, (lsn, bytes)) in cap.messages.iter().enumerate() {
+        let bytes = if i == target {
+            apply(bytes.clone(), muts)
+        } else {
+            bytes.clone()
+        };
+        if let Err(e) = dec.feed(&bytes, *lsn, sink) {
+            prop_assert!(e.offset <= bytes.len());
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn fuzz_decoder_feed_mutated_streams() {
     let captures = common::captures();
     let strategy = (0..captures.len(), any::<usize>(), mutations());
     run("decoder_feed", strategy, |(c, at, muts)| {
-        let cap = &captures[c];
-        let mut dec = Decoder::new(DecoderConfig {
-            proto_version: cap.proto_version,
-            binary: cap.binary,
-        });
-        let mut sink = NullSink::default();
-        let target = at % cap.messages.len();
-        for (i, (lsn, bytes)) in cap.messages.iter().enumerate() {
-            let bytes = if i == target {
-                apply(bytes.clone(), &muts)
-            } else {
-                bytes.clone()
-            };
-            if let Err(e) = dec.feed(&bytes, *lsn, &mut sink) {
-                prop_assert!(e.offset <= bytes.len());
-            }
-        }
-        Ok(())
+        feed_mutated(&captures[c], at, &muts, &mut NullSink::default())
     });
 }
 
@@ -221,20 +230,8 @@ fn fuzz_arrow_tables_mutated_streams() {
     let strategy = (0..captures.len(), any::<usize>(), mutations());
     run("arrow_tables", strategy, |(c, at, muts)| {
         let cap = &captures[c];
-        let mut dec = Decoder::new(DecoderConfig {
-            proto_version: cap.proto_version,
-            binary: cap.binary,
-        });
         let mut sink = ArrowSink::new(cap.binary);
-        let target = at % cap.messages.len();
-        for (i, (lsn, bytes)) in cap.messages.iter().enumerate() {
-            let bytes = if i == target {
-                apply(bytes.clone(), &muts)
-            } else {
-                bytes.clone()
-            };
-            let _ = dec.feed(&bytes, *lsn, &mut sink);
-        }
+        feed_mutated(cap, at, &muts, &mut sink)?;
         // Whatever was accepted must make valid Arrow.
         let taken = sink.take();
         prop_assert!(taken.is_ok(), "{:?}", taken.err());

@@ -804,6 +804,16 @@ def _run_statement(
         conn.execute(stmt)
 
 
+def _setup_and_create_slot(conn: psycopg.Connection[Any], scenario: Scenario) -> None:
+    """Runs the scenario's setup, then creates the pgoutput slot (before the workload)."""
+    for stmt in scenario.setup:
+        conn.execute(stmt)
+    conn.execute(
+        "SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, %s)",
+        (SLOT, scenario.two_phase),
+    )
+
+
 def _record_walsender(
     cluster: PgCluster,
     name: str,
@@ -812,12 +822,7 @@ def _record_walsender(
     settings: dict[str, str],
 ) -> list[dict[str, Any]]:
     with cluster.connect(name) as conn, cluster.connect(name) as conn2:
-        for stmt in scenario.setup:
-            conn.execute(stmt)
-        conn.execute(
-            "SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, %s)",
-            (SLOT, scenario.two_phase),
-        )
+        _setup_and_create_slot(conn, scenario)
         stream = LogicalStream(cluster.dsn_for(name), SLOT, options, settings)
         try:
             pos = 0
@@ -847,12 +852,7 @@ def _record_sql(
     settings: dict[str, str],
 ) -> list[dict[str, Any]]:
     with cluster.connect(name) as conn, cluster.connect(name) as conn2:
-        for stmt in scenario.setup:
-            conn.execute(stmt)
-        conn.execute(
-            "SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, %s)",
-            (SLOT, scenario.two_phase),
-        )
+        _setup_and_create_slot(conn, scenario)
         for stmt in scenario.sql:
             _run_statement(stmt, conn, conn2)
         wait_for_wal_flush(conn)
