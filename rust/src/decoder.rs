@@ -37,7 +37,7 @@ use crate::error::{DecodeError, Reason};
 use crate::protocol::{
     parse_message, Datum, Lsn, Message, OldKind, ParseContext, PgTimestamp, StreamAbort,
 };
-use crate::relation::{Relation, TypeInfo};
+use crate::relation::{BaseType, Relation, TypeCatalog, TypeInfo};
 use crate::sink::{EventMeta, EventRef, EventSink, OldImage};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,6 +203,8 @@ pub struct Decoder {
     config: DecoderConfig,
     relations: RelationMap,
     types: HashMap<u32, Arc<TypeInfo>>,
+    /// User types as the server's catalog describes them (empty offline).
+    catalog: TypeCatalog,
     state: TxState,
     /// Top-level xid of the streamed block being received.
     open_stream: Option<u32>,
@@ -216,6 +218,7 @@ impl Decoder {
             config,
             relations: RelationMap::default(),
             types: HashMap::new(),
+            catalog: TypeCatalog::new(),
             state: TxState::Idle,
             open_stream: None,
             streams: HashMap::new(),
@@ -225,6 +228,13 @@ impl Decoder {
 
     pub fn config(&self) -> DecoderConfig {
         self.config
+    }
+
+    /// Adds what the catalog says about user types (enums, domains, text-like extension
+    /// types). Relation messages received from now on use it; it matters for the binary
+    /// format, where a type's values cannot be read without knowing the type.
+    pub fn extend_type_catalog(&mut self, entries: impl IntoIterator<Item = (u32, BaseType)>) {
+        self.catalog.extend(entries);
     }
 
     /// The relation description currently in force for `oid` outside streamed blocks.
@@ -466,6 +476,7 @@ impl Decoder {
             &self.relations,
             stream_relations.map(|h| &h.relations),
             &self.types,
+            &self.catalog,
         )?;
         // What a type is does not depend on the transaction that described it: Type
         // messages apply at once, also inside streamed blocks.
@@ -648,12 +659,15 @@ fn resolve(
     relations: &RelationMap,
     overlay: Option<&RelationMap>,
     types: &HashMap<u32, Arc<TypeInfo>>,
+    catalog: &TypeCatalog,
 ) -> Result<Resolved, DecodeError> {
     if let Some(rel) = resolve_row(msg, relations, overlay)? {
         return Ok(Resolved::Relation(Arc::clone(rel)));
     }
     Ok(match msg {
-        Message::Relation(r) => Resolved::Relation(Arc::new(Relation::from_message(r, types))),
+        Message::Relation(r) => {
+            Resolved::Relation(Arc::new(Relation::from_message(r, types, catalog)))
+        }
         Message::Type(t) => Resolved::Type(Arc::new(TypeInfo::from_message(t))),
         Message::Truncate(m) => Resolved::Relations(
             m.relations

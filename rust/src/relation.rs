@@ -23,7 +23,12 @@ pub struct Column {
     /// The built-in type whose values the column holds: `type_oid` itself, or for a
     /// domain the base type a Type message named (see [`base_type_oid`]).
     pub base_type_oid: u32,
+    /// The column's `atttypmod` as sent.
     pub type_modifier: i32,
+    /// The modifier that applies to the base type's values: `type_modifier`, or for a
+    /// domain column (whose own `atttypmod` is -1) the domain's `typtypmod` from the
+    /// catalog, so a domain over `numeric(10,2)` still maps to decimal128(10, 2).
+    pub base_type_modifier: i32,
     /// Part of the replica identity (every column under REPLICA IDENTITY FULL).
     pub is_key: bool,
 }
@@ -42,8 +47,13 @@ pub struct Relation {
 }
 
 impl Relation {
-    /// `types`: the Type messages seen so far, to resolve domains to their base types.
-    pub fn from_message(msg: &RelationMsg<'_>, types: &HashMap<u32, Arc<TypeInfo>>) -> Self {
+    /// `types`: the Type messages seen so far, to resolve domains to their base types;
+    /// `catalog`: what the server's catalog says about user types (takes precedence).
+    pub fn from_message(
+        msg: &RelationMsg<'_>,
+        types: &HashMap<u32, Arc<TypeInfo>>,
+        catalog: &TypeCatalog,
+    ) -> Self {
         let namespace = if msg.namespace.is_empty() {
             "pg_catalog"
         } else {
@@ -58,20 +68,49 @@ impl Relation {
             columns: msg
                 .columns
                 .iter()
-                .map(|c| Column {
-                    name: c.name.to_owned(),
-                    type_oid: c.type_oid,
-                    base_type_oid: types
+                .map(|c| {
+                    let base = catalog
                         .get(&c.type_oid)
-                        .and_then(|t| base_type_oid(t))
-                        .unwrap_or(c.type_oid),
-                    type_modifier: c.type_modifier,
-                    is_key: c.flags & FLAG_IDENTITY != 0,
+                        .copied()
+                        .unwrap_or_else(|| BaseType {
+                            oid: types
+                                .get(&c.type_oid)
+                                .and_then(|t| base_type_oid(t))
+                                .unwrap_or(c.type_oid),
+                            type_modifier: -1,
+                        });
+                    Column {
+                        name: c.name.to_owned(),
+                        type_oid: c.type_oid,
+                        base_type_oid: base.oid,
+                        type_modifier: c.type_modifier,
+                        base_type_modifier: if c.type_modifier == -1 {
+                            base.type_modifier
+                        } else {
+                            c.type_modifier
+                        },
+                        is_key: c.flags & FLAG_IDENTITY != 0,
+                    }
                 })
                 .collect(),
         }
     }
 }
+
+/// What the catalog says a user type's values are: a built-in type (a domain's base type,
+/// `text` for an enum or a text-like type such as citext, whose send format is text's)
+/// and the modifier that applies to it (a domain's `typtypmod`, or -1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BaseType {
+    pub oid: u32,
+    pub type_modifier: i32,
+}
+
+/// User type OID -> [`BaseType`], looked up in `pg_type` by the live client (see
+/// `pgwire_cdc.catalog.type_map`). Type messages only name a type; the catalog also
+/// resolves enums, text-like extension types and domain modifiers, which the binary
+/// format needs.
+pub type TypeCatalog = HashMap<u32, BaseType>;
 
 /// A user-defined type named by a Type message (built-in types are never described).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -148,6 +148,8 @@ fn same_shape(a: &Relation, b: &Relation) -> bool {
             x.name == y.name
                 && x.type_oid == y.type_oid
                 && x.type_modifier == y.type_modifier
+                && x.base_type_oid == y.base_type_oid
+                && x.base_type_modifier == y.base_type_modifier
                 && x.is_key == y.is_key
         })
 }
@@ -234,6 +236,7 @@ mod tests {
             type_oid,
             base_type_oid: type_oid,
             type_modifier,
+            base_type_modifier: type_modifier,
             is_key: name == "id",
         };
         Arc::new(Relation {

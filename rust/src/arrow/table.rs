@@ -56,10 +56,18 @@ fn data_fields(relation: &Relation) -> Fields {
                 ("pg_type_oid".to_owned(), c.type_oid.to_string()),
                 ("pg_base_type_oid".to_owned(), c.base_type_oid.to_string()),
                 ("pg_type_modifier".to_owned(), c.type_modifier.to_string()),
+                (
+                    "pg_base_type_modifier".to_owned(),
+                    c.base_type_modifier.to_string(),
+                ),
                 ("pg_replica_identity".to_owned(), c.is_key.to_string()),
             ];
-            Field::new(&c.name, arrow_type(c.base_type_oid, c.type_modifier), true)
-                .with_metadata(metadata.into_iter().collect())
+            Field::new(
+                &c.name,
+                arrow_type(c.base_type_oid, c.base_type_modifier),
+                true,
+            )
+            .with_metadata(metadata.into_iter().collect())
         })
         .collect()
 }
@@ -137,7 +145,7 @@ impl ChangeTable {
             relation
                 .columns
                 .iter()
-                .map(|c| ColumnBuilder::new(c.base_type_oid, c.type_modifier))
+                .map(|c| ColumnBuilder::new(c.base_type_oid, c.base_type_modifier))
                 .collect()
         };
         Self {

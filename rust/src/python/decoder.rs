@@ -1,5 +1,6 @@
 //! `pgwire_cdc._native.Decoder`: offline decoding of bare pgoutput messages.
 
+use std::collections::HashMap;
 use std::sync::{Mutex, TryLockError};
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -11,6 +12,7 @@ use crate::arrow::ArrowSink;
 use crate::decoder::{Decoder, DecoderConfig};
 use crate::error::{DecodeError, Reason};
 use crate::event::EventCollector;
+use crate::relation::BaseType;
 use crate::sink::{EventMeta, EventRef, EventSink};
 
 use super::arrow::PyArrowStream;
@@ -138,6 +140,25 @@ impl PyDecoder {
     #[getter]
     fn pending_transactions(&self) -> PyResult<usize> {
         Ok(self.lock()?.decoder.pending_transactions())
+    }
+
+    /// Tells the decoder what user types are (`{oid: (base_oid, base_type_modifier)}`,
+    /// as `pgwire_cdc.catalog.type_map` reads them from `pg_type`): enums and text-like
+    /// types become text, domains their base type with its modifier. Applies to Relation
+    /// messages received afterwards; needed to read such columns in binary format.
+    fn set_type_map(&self, types: HashMap<u32, (u32, i32)>) -> PyResult<()> {
+        self.lock()?
+            .decoder
+            .extend_type_catalog(types.into_iter().map(|(oid, (base, modifier))| {
+                (
+                    oid,
+                    BaseType {
+                        oid: base,
+                        type_modifier: modifier,
+                    },
+                )
+            }));
+        Ok(())
     }
 
     #[pyo3(signature = (message, lsn = 0))]
