@@ -253,6 +253,11 @@ impl Decoder {
         self.streams.len() + self.prepared.len()
     }
 
+    /// Prepared transactions held for their COMMIT PREPARED / ROLLBACK PREPARED.
+    pub fn prepared_transactions(&self) -> usize {
+        self.prepared.len()
+    }
+
     /// Decodes one message, given with the WAL position the server reported for it.
     pub fn feed<S: EventSink>(
         &mut self,

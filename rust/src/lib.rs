@@ -9,12 +9,16 @@
 //! * [`event`]: owned events (the seed's event model) for debugging and tests;
 //! * [`values`]: PostgreSQL values in text and binary format, parsed exactly;
 //! * [`arrow`]: change tables built from the events straight into Arrow builders;
+//! * [`pg`]: a synchronous PostgreSQL client (TLS, SCRAM, replication protocol, COPY);
+//! * [`snapshot`]: `COPY … (FORMAT BINARY)` rows into change tables;
+//! * [`live`]: the streaming session and the parallel initial snapshot of `stream()`;
 //! * `python` (feature `python`): the PyO3 binding, `pgwire_cdc._native`.
 
 pub mod arrow;
 pub mod decoder;
 pub mod error;
 pub mod event;
+pub mod live;
 pub mod lsn;
 pub mod protocol;
 pub mod relation;

@@ -68,3 +68,15 @@ pub fn rejected_rows_error(py: Python<'_>, errors: &[DecodeError]) -> PyErr {
         Err(e) => e,
     }
 }
+
+/// An instance of `pgwire_cdc.errors.<class_name>` (falling back to `Error`) with `message`.
+pub fn pgwire_error(py: Python<'_>, class_name: &str, message: &str) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let module = py.import("pgwire_cdc.errors")?;
+        let class = module
+            .getattr(class_name)
+            .or_else(|_| module.getattr("Error"))?;
+        Ok(PyErr::from_value(class.call1((message,))?))
+    };
+    build().unwrap_or_else(|e| e)
+}

@@ -5,8 +5,19 @@ mod arrow;
 mod decoder;
 mod errors;
 mod event;
+mod live;
 
 use pyo3::prelude::*;
+
+/// Whether binary-format values of this (built-in or catalog-resolved) type OID can be
+/// decoded; other types need the text format.
+#[pyfunction]
+fn binary_decodable(oid: u32) -> bool {
+    !matches!(
+        crate::values::PgType::from_oid(oid, -1),
+        crate::values::PgType::Unknown(_)
+    )
+}
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -14,6 +25,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<event::PyEvent>()?;
     m.add_class::<arrow::PyArrowStream>()?;
     m.add_class::<event::UnchangedToast>()?;
+    m.add_class::<live::PyReplicationConnection>()?;
+    m.add_class::<live::PySnapshotReader>()?;
+    m.add_class::<live::PyLiveStream>()?;
+    m.add_function(wrap_pyfunction!(binary_decodable, m)?)?;
     m.add(
         "UNCHANGED_TOAST",
         event::unchanged_toast(m.py())?.clone_ref(m.py()),

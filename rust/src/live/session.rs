@@ -1,0 +1,486 @@
+//! One streaming replication session: `START_REPLICATION … LOGICAL` on a slot, pgoutput
+//! decoded into change tables, batches cut at the consumer's limits.
+//!
+//! Bookkeeping (all LSNs are WAL positions as u64):
+//! * `boundary`: the end of the last transaction fed completely (its Commit's `end_lsn`),
+//!   or a point the server said it has passed while nothing was open. A batch's LSN is the
+//!   boundary when it is cut: a transaction split across batches only counts once its
+//!   Commit has been read, so acking a batch never confirms half a transaction.
+//! * `acked`: the highest batch LSN the consumer acked. It is the only *flush* position
+//!   ever reported to the server — except when the consumer is idle with nothing un-acked:
+//!   then the position the server reports as sent (keepalive `wal_end`) is confirmed too,
+//!   so a slot on quiet tables does not pin WAL forever.
+//! * held transactions: a streamed transaction still open does not stop the boundary
+//!   (the server re-sends it in full after a restart, since its commit lies beyond any
+//!   confirmed point), but a prepared transaction held for its COMMIT PREPARED does: once
+//!   confirmed past its PREPARE, the server would not send its changes again.
+
+use std::time::{Duration, Instant};
+
+use arrow_schema::ArrowError;
+
+use crate::arrow::{ArrowSink, Segment};
+use crate::decoder::{Decoder, DecoderConfig};
+use crate::error::{DecodeError, Reason};
+use crate::pg::{ConnParams, Connection, PgError, ReplicationMessage, ReplicationStream};
+use crate::relation::BaseType;
+use crate::sink::{EventMeta, EventRef, EventSink};
+
+/// How to start streaming.
+#[derive(Debug, Clone)]
+pub struct StartOptions {
+    pub slot: String,
+    /// Where to start: 0 lets the server use the slot's `confirmed_flush_lsn`. Must be
+    /// a transaction boundary (a confirmed or delivered batch LSN).
+    pub start_lsn: u64,
+    /// pgoutput protocol version (1 to 4).
+    pub proto_version: u32,
+    pub binary: bool,
+    pub publication_names: Vec<String>,
+    /// Ask for logical decoding messages (`pg_logical_emit_message`).
+    pub messages: bool,
+    /// Ask for in-progress transactions to be streamed (protocol 2 and later).
+    pub streaming: bool,
+    /// Standby status updates are sent at least this often; keep it well inside the
+    /// server's `wal_sender_timeout` (60 s by default).
+    pub status_interval: Duration,
+}
+
+/// When a batch is cut.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchLimits {
+    pub max_rows: usize,
+    /// Payload bytes of the pgoutput messages that went into the batch.
+    pub max_bytes: usize,
+    /// Time since the batch's first message.
+    pub max_wait: Duration,
+    /// Stop once every transaction committed up to this LSN has been delivered.
+    pub until_lsn: Option<u64>,
+    /// Stop after this long without any message from the stream.
+    pub idle_timeout: Option<Duration>,
+}
+
+/// Why `poll` returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Nothing to hand out yet; call again (the call returns at least this often so the
+    /// caller can look at signals).
+    Pending,
+    /// The batch reached `max_rows` or `max_bytes`.
+    Full,
+    /// The batch's first message is `max_wait` old.
+    Waited,
+    /// Everything committed up to `until_lsn` is in this or earlier batches: stop.
+    UntilLsn,
+    /// `idle_timeout` passed without a message: stop.
+    Idle,
+}
+
+impl Stop {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Full => "full",
+            Self::Waited => "waited",
+            Self::UntilLsn => "until_lsn",
+            Self::Idle => "idle",
+        }
+    }
+
+    /// The stream is over.
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::UntilLsn | Self::Idle)
+    }
+}
+
+/// One poll's result: the rows cut into a batch (empty for `Pending`) and its LSN.
+#[derive(Debug)]
+pub struct Polled {
+    pub segments: Vec<Segment>,
+    pub lsn: u64,
+    pub stop: Stop,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error(transparent)]
+    Pg(#[from] PgError),
+    #[error(transparent)]
+    Decode(DecodeError),
+    /// Rows whose values the change tables cannot hold (the first, and how many).
+    #[error("{first} ({count} row(s) rejected)")]
+    Values { first: DecodeError, count: usize },
+    #[error("building Arrow tables failed: {0}")]
+    Arrow(#[from] ArrowError),
+    #[error("the replication session is closed")]
+    Closed,
+}
+
+/// The decoder's events into the Arrow sink, noting where transactions end.
+struct Tracker<'a> {
+    sink: &'a mut ArrowSink,
+    value_errors: &'a mut Vec<DecodeError>,
+    /// The end LSN of a transaction that finished in this message.
+    finished: Option<u64>,
+}
+
+impl EventSink for Tracker<'_> {
+    fn event(&mut self, meta: &EventMeta, event: EventRef<'_, '_>) -> Result<(), DecodeError> {
+        match event {
+            EventRef::Commit(c) => self.finished = Some(c.end_lsn),
+            EventRef::StreamCommit(c) => self.finished = Some(c.end_lsn),
+            EventRef::CommitPrepared(c) => self.finished = Some(c.end_lsn),
+            EventRef::RollbackPrepared(r) => self.finished = Some(r.rollback_end_lsn),
+            _ => {}
+        }
+        match self.sink.event(meta, event) {
+            Err(e) if matches!(e.reason, Reason::Value { .. }) => {
+                self.value_errors.push(e);
+                Ok(())
+            }
+            other => other,
+        }
+    }
+}
+
+/// A streaming session on one slot.
+pub struct LiveSession {
+    stream: Option<ReplicationStream>,
+    decoder: Decoder,
+    sink: ArrowSink,
+    value_errors: Vec<DecodeError>,
+    status_interval: Duration,
+    boundary: u64,
+    acked: u64,
+    /// Confirmed on the consumer's behalf while it was idle with nothing un-acked.
+    idle_confirmed: u64,
+    /// The highest WAL position received (reported as *write*).
+    received: u64,
+    /// The boundary handed out with the last batch.
+    delivered: u64,
+    last_status: Instant,
+    last_message: Instant,
+    last_reply_request: Instant,
+    batch_started: Option<Instant>,
+    batch_bytes: usize,
+}
+
+/// `"a","b"`: the `publication_names` option value (identifiers, each double-quoted).
+fn quoted_names(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("\"{}\"", n.replace('"', "\"\"")))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn be_u64(bytes: &[u8], at: usize) -> Option<u64> {
+    let field = bytes.get(at..at + 8)?;
+    Some(u64::from_be_bytes(field.try_into().ok()?))
+}
+
+impl LiveSession {
+    /// Starts streaming on `conn` (a `replication=database` connection).
+    pub fn start(
+        conn: Connection,
+        options: &StartOptions,
+        types: impl IntoIterator<Item = (u32, BaseType)>,
+    ) -> Result<Self, LiveError> {
+        let mut pgoutput = vec![
+            ("proto_version", options.proto_version.to_string()),
+            ("publication_names", quoted_names(&options.publication_names)),
+        ];
+        if options.binary {
+            pgoutput.push(("binary", "true".to_owned()));
+        }
+        if options.messages {
+            pgoutput.push(("messages", "true".to_owned()));
+        }
+        if options.streaming && options.proto_version >= 2 {
+            pgoutput.push(("streaming", "on".to_owned()));
+        }
+        let stream = conn.start_logical_replication(&options.slot, options.start_lsn, &pgoutput)?;
+        let mut decoder = Decoder::new(DecoderConfig {
+            proto_version: options.proto_version,
+            binary: options.binary,
+        });
+        decoder.extend_type_catalog(types);
+        let now = Instant::now();
+        Ok(Self {
+            stream: Some(stream),
+            decoder,
+            sink: ArrowSink::new(options.binary),
+            value_errors: Vec::new(),
+            status_interval: options.status_interval,
+            boundary: options.start_lsn,
+            acked: options.start_lsn,
+            idle_confirmed: 0,
+            received: options.start_lsn,
+            delivered: options.start_lsn,
+            last_status: now,
+            last_message: now,
+            last_reply_request: now,
+            batch_started: None,
+            batch_bytes: 0,
+        })
+    }
+
+    /// Connects (replication=database) and starts streaming.
+    pub fn connect(
+        params: &ConnParams,
+        options: &StartOptions,
+        types: impl IntoIterator<Item = (u32, BaseType)>,
+    ) -> Result<Self, LiveError> {
+        let conn = Connection::connect(params, true)?;
+        Self::start(conn, options, types)
+    }
+
+    /// The LSN of the last batch handed out (a transaction boundary): where a new session
+    /// resumes without delivering anything twice within this run.
+    pub fn delivered_lsn(&self) -> u64 {
+        self.delivered.max(self.idle_confirmed)
+    }
+
+    pub fn acked_lsn(&self) -> u64 {
+        self.acked
+    }
+
+    fn flush_position(&self) -> u64 {
+        self.acked.max(self.idle_confirmed)
+    }
+
+    fn send_status(&mut self, reply_requested: bool) -> Result<(), LiveError> {
+        let flush = self.flush_position();
+        let write = self.received.max(flush);
+        let stream = self.stream.as_mut().ok_or(LiveError::Closed)?;
+        stream.send_status(write, flush, flush, reply_requested)?;
+        let now = Instant::now();
+        self.last_status = now;
+        if reply_requested {
+            self.last_reply_request = now;
+        }
+        Ok(())
+    }
+
+    /// The consumer made everything up to `lsn` durable (a batch LSN): the slot may
+    /// advance there. Reported to the server at once.
+    pub fn ack(&mut self, lsn: u64) -> Result<(), LiveError> {
+        if lsn > self.acked {
+            self.acked = lsn;
+            if self.stream.is_some() {
+                self.send_status(false)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Nothing is pending on the consumer's side: no rows, no open or held transaction,
+    /// every batch handed out acked.
+    fn idle_with_nothing_unacked(&self) -> bool {
+        self.sink.rows() == 0
+            && !self.decoder.in_transaction()
+            && self.decoder.pending_transactions() == 0
+            && self.acked >= self.delivered
+            && self.boundary <= self.delivered.max(self.idle_confirmed)
+    }
+
+    fn until_reached(&self, until: Option<u64>) -> bool {
+        until.is_some_and(|u| self.boundary >= u)
+    }
+
+    fn cut(&mut self, stop: Stop) -> Result<Polled, LiveError> {
+        if !self.value_errors.is_empty() {
+            let count = self.value_errors.len();
+            let mut errors = std::mem::take(&mut self.value_errors);
+            let first = errors.swap_remove(0);
+            return Err(LiveError::Values { first, count });
+        }
+        let segments = self.sink.take()?;
+        self.batch_started = None;
+        self.batch_bytes = 0;
+        self.delivered = self.delivered.max(self.boundary);
+        Ok(Polled {
+            segments,
+            lsn: self.boundary,
+            stop,
+        })
+    }
+
+    /// Reads the stream until a batch is due, `until`/`idle_timeout` ends the stream, or
+    /// `slice` passes (then returns `Stop::Pending` without cutting, so the caller can
+    /// check for signals and call again).
+    pub fn poll(&mut self, limits: &BatchLimits, slice: Duration) -> Result<Polled, LiveError> {
+        let poll_start = Instant::now();
+        if self.until_reached(limits.until_lsn) {
+            return self.cut(Stop::UntilLsn);
+        }
+        if limits.until_lsn.is_some() {
+            // Learn at once how far the server has got.
+            self.send_status(true)?;
+        }
+        loop {
+            let now = Instant::now();
+            if self.sink.rows() >= limits.max_rows.max(1) || self.batch_bytes >= limits.max_bytes
+            {
+                return self.cut(Stop::Full);
+            }
+            if let Some(started) = self.batch_started {
+                if now.duration_since(started) >= limits.max_wait && self.sink.rows() > 0 {
+                    return self.cut(Stop::Waited);
+                }
+            }
+            if let Some(idle) = limits.idle_timeout {
+                if now.duration_since(self.last_message) >= idle {
+                    return self.cut(Stop::Idle);
+                }
+            }
+            if now.duration_since(self.last_status) >= self.status_interval {
+                self.send_status(false)?;
+            }
+            if limits.until_lsn.is_some()
+                && now.duration_since(self.last_message) >= Duration::from_millis(500)
+                && now.duration_since(self.last_reply_request) >= Duration::from_millis(500)
+            {
+                self.send_status(true)?;
+            }
+            let elapsed = now.duration_since(poll_start);
+            if elapsed >= slice {
+                return Ok(Polled {
+                    segments: Vec::new(),
+                    lsn: self.delivered,
+                    stop: Stop::Pending,
+                });
+            }
+            // Wake up for whichever deadline comes first.
+            let mut wait = slice - elapsed;
+            wait = wait.min(
+                self.status_interval
+                    .saturating_sub(now.duration_since(self.last_status)),
+            );
+            if let Some(started) = self.batch_started {
+                wait = wait.min(limits.max_wait.saturating_sub(now.duration_since(started)));
+            }
+            if let Some(idle) = limits.idle_timeout {
+                wait = wait.min(idle.saturating_sub(now.duration_since(self.last_message)));
+            }
+            if limits.until_lsn.is_some() {
+                wait = wait.min(Duration::from_millis(500));
+            }
+            let wait = wait.max(Duration::from_millis(1));
+
+            let stream = self.stream.as_mut().ok_or(LiveError::Closed)?;
+            let Some(message) = stream.recv(wait)? else {
+                continue;
+            };
+            match message {
+                ReplicationMessage::Keepalive {
+                    wal_end,
+                    reply_requested,
+                    ..
+                } => {
+                    self.received = self.received.max(wal_end);
+                    let quiet = self.idle_with_nothing_unacked();
+                    if quiet && wal_end > self.boundary {
+                        // Everything before wal_end that this slot had to send has been
+                        // received and delivered: confirm it on the consumer's behalf.
+                        self.boundary = wal_end;
+                        self.idle_confirmed = self.idle_confirmed.max(wal_end);
+                        self.delivered = self.delivered.max(wal_end);
+                    }
+                    if reply_requested || (quiet && self.idle_confirmed > self.acked) {
+                        self.send_status(false)?;
+                    }
+                    if !self.decoder.in_transaction() && self.until_reached(limits.until_lsn)
+                    {
+                        return self.cut(Stop::UntilLsn);
+                    }
+                    if limits.until_lsn.is_some_and(|u| wal_end >= u)
+                        && !self.decoder.in_transaction()
+                    {
+                        // The server has passed `until` and nothing is open: every
+                        // transaction committed before it has been received.
+                        self.boundary = self.boundary.max(self.delivered);
+                        return self.cut(Stop::UntilLsn);
+                    }
+                }
+                ReplicationMessage::XLogData {
+                    wal_start, data, ..
+                } => {
+                    self.last_message = Instant::now();
+                    self.received = self.received.max(wal_start);
+                    // A transaction that commits after `until` is not wanted.
+                    if let (Some(until), Some(b'B')) = (limits.until_lsn, data.first()) {
+                        if !self.decoder.in_transaction()
+                            && be_u64(data, 1).is_some_and(|final_lsn| final_lsn > until)
+                        {
+                            return self.cut(Stop::UntilLsn);
+                        }
+                    }
+                    if self.batch_started.is_none() {
+                        self.batch_started = Some(self.last_message);
+                    }
+                    self.batch_bytes += data.len();
+                    let mut tracker = Tracker {
+                        sink: &mut self.sink,
+                        value_errors: &mut self.value_errors,
+                        finished: None,
+                    };
+                    self.decoder
+                        .feed(data, wal_start, &mut tracker)
+                        .map_err(LiveError::Decode)?;
+                    if let Some(end) = tracker.finished {
+                        if !self.decoder.in_transaction()
+                            && self.decoder.prepared_transactions() == 0
+                        {
+                            self.boundary = self.boundary.max(end);
+                        }
+                        if self.until_reached(limits.until_lsn) {
+                            return self.cut(Stop::UntilLsn);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reports the acked position one last time and ends the stream.
+    pub fn close(&mut self) -> Result<(), LiveError> {
+        if self.stream.is_some() {
+            let status = self.send_status(false);
+            if let Some(stream) = self.stream.take() {
+                let conn = stream.finish()?;
+                conn.close();
+            }
+            status?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for LiveSession {
+    fn drop(&mut self) {
+        // Best effort: the consumer's acks reach the server even without close().
+        let _ = self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publication_names_are_quoted_identifiers() {
+        assert_eq!(
+            quoted_names(&["pub".to_owned(), "we\"ird, name".to_owned()]),
+            "\"pub\",\"we\"\"ird, name\""
+        );
+    }
+
+    #[test]
+    fn begin_final_lsn_is_read_from_its_field() {
+        let mut begin = vec![b'B'];
+        begin.extend_from_slice(&0x0000_0001_0000_0010u64.to_be_bytes());
+        assert_eq!(be_u64(&begin, 1), Some(0x0000_0001_0000_0010));
+        assert_eq!(be_u64(&begin[..5], 1), None);
+    }
+}

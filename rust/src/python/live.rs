@@ -1,0 +1,372 @@
+//! The live client for `pgwire_cdc.stream()`: a replication connection, the snapshot
+//! reader and the streaming session. Every network wait runs with the GIL released;
+//! the orchestration (which slot, which snapshot, when to reconnect) is Python's.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::arrow::Segment;
+use crate::live::session::LiveError;
+use crate::live::snapshot::{
+    SnapshotConfig, SnapshotError, SnapshotPoll, SnapshotReader, SnapshotTask,
+};
+use crate::live::{BatchLimits, LiveSession, StartOptions};
+use crate::pg::{ConnParams, Connection, SnapshotAction};
+use crate::relation::{BaseType, Column, Relation};
+
+use super::arrow::PyArrowStream;
+use super::errors::{decode_error, pg_error, pgwire_error, rejected_rows_error};
+
+/// `(name, type_oid, base_type_oid, type_modifier, base_type_modifier, is_key)`.
+type ColumnSpec = (String, u32, u32, i32, i32, bool);
+/// `(oid, schema, table, replica_identity, columns, copy_sql)`.
+type TaskSpec = (u32, String, String, String, Vec<ColumnSpec>, String);
+type SegmentsOut = Vec<(String, PyArrowStream)>;
+
+fn live_error(py: Python<'_>, e: &LiveError) -> PyErr {
+    match e {
+        LiveError::Pg(e) => pg_error(py, e),
+        LiveError::Decode(e) => decode_error(py, e, None),
+        LiveError::Values { first, .. } => rejected_rows_error(py, std::slice::from_ref(first)),
+        other => pgwire_error(py, "Error", &other.to_string()),
+    }
+}
+
+fn snapshot_error(py: Python<'_>, e: &SnapshotError) -> PyErr {
+    match e {
+        SnapshotError::Pg(e) => pg_error(py, e),
+        SnapshotError::Decode(e) => decode_error(py, e, None),
+        other => pgwire_error(py, "Error", &other.to_string()),
+    }
+}
+
+fn segments_out(segments: Vec<Segment>) -> SegmentsOut {
+    segments
+        .into_iter()
+        .map(|s| (s.table, PyArrowStream::new(s.batch.schema(), vec![s.batch])))
+        .collect()
+}
+
+fn locked<'a, T: Send>(py: Python<'_>, m: &'a Mutex<T>) -> PyResult<MutexGuard<'a, T>> {
+    // Waiting for the lock without the GIL: the holder may need the GIL to finish.
+    py.detach(|| m.lock())
+        .map_err(|_| pgwire_error(py, "Error", "connection state is poisoned"))
+}
+
+/// A `replication=database` connection before streaming: slot commands and SQL.
+#[pyclass(frozen, module = "pgwire_cdc._native", name = "ReplicationConnection")]
+pub struct PyReplicationConnection {
+    params: ConnParams,
+    conn: Mutex<Option<Connection>>,
+    server_version: u32,
+}
+
+impl PyReplicationConnection {
+    fn with_conn<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Connection) -> Result<R, crate::pg::PgError> + Send,
+    ) -> PyResult<R> {
+        let mut guard = locked(py, &self.conn)?;
+        let conn = guard
+            .as_mut()
+            .ok_or_else(|| pgwire_error(py, "ConnectionError", "the connection is closed"))?;
+        py.detach(|| f(conn)).map_err(|e| pg_error(py, &e))
+    }
+}
+
+#[pymethods]
+impl PyReplicationConnection {
+    #[new]
+    fn new(py: Python<'_>, dsn: &str) -> PyResult<Self> {
+        let params = ConnParams::parse(dsn).map_err(|e| pg_error(py, &e))?;
+        let conn = py
+            .detach(|| Connection::connect(&params, true))
+            .map_err(|e| pg_error(py, &e))?;
+        Ok(Self {
+            server_version: conn.server_version_num(),
+            params,
+            conn: Mutex::new(Some(conn)),
+        })
+    }
+
+    #[getter]
+    fn server_version(&self) -> u32 {
+        self.server_version
+    }
+
+    /// `(systemid, timeline, xlogpos, dbname)`.
+    fn identify_system(&self, py: Python<'_>) -> PyResult<(String, u32, u64, Option<String>)> {
+        let info = self.with_conn(py, |c| c.identify_system())?;
+        Ok((info.system_id, info.timeline, info.xlogpos, info.dbname))
+    }
+
+    /// Creates a logical pgoutput slot; `(slot_name, consistent_point, snapshot_name)`.
+    #[pyo3(signature = (name, *, temporary = false, export_snapshot = false))]
+    fn create_slot(
+        &self,
+        py: Python<'_>,
+        name: String,
+        temporary: bool,
+        export_snapshot: bool,
+    ) -> PyResult<(String, u64, Option<String>)> {
+        let action = if export_snapshot {
+            SnapshotAction::Export
+        } else {
+            SnapshotAction::NoExport
+        };
+        let created = self.with_conn(py, move |c| c.create_logical_slot(&name, temporary, action))?;
+        Ok((
+            created.slot_name,
+            created.consistent_point,
+            created.snapshot_name,
+        ))
+    }
+
+    #[pyo3(signature = (name, wait = false))]
+    fn drop_slot(&self, py: Python<'_>, name: String, wait: bool) -> PyResult<()> {
+        self.with_conn(py, move |c| c.drop_slot(&name, wait))
+    }
+
+    /// Simple-query SQL on the replication connection (text values).
+    fn query(&self, py: Python<'_>, sql: String) -> PyResult<Vec<Vec<Option<String>>>> {
+        self.with_conn(py, move |c| c.simple_query(&sql))
+    }
+
+    /// Starts the snapshot copy on `workers` new connections that import
+    /// `snapshot_name`; returns once all of them hold it.
+    #[pyo3(signature = (snapshot_name, consistent_point, tasks, *, workers = 1, batch_rows = 65_536))]
+    fn start_snapshot(
+        &self,
+        py: Python<'_>,
+        snapshot_name: String,
+        consistent_point: u64,
+        tasks: Vec<TaskSpec>,
+        workers: usize,
+        batch_rows: usize,
+    ) -> PyResult<PySnapshotReader> {
+        let tasks = tasks
+            .into_iter()
+            .map(|(oid, namespace, name, identity, columns, sql)| SnapshotTask {
+                relation: Arc::new(relation(oid, namespace, name, &identity, columns)),
+                sql,
+            })
+            .collect();
+        let config = SnapshotConfig {
+            snapshot_name,
+            consistent_point,
+            workers,
+            batch_rows,
+        };
+        let params = &self.params;
+        let reader = py
+            .detach(|| SnapshotReader::start(params, &config, tasks))
+            .map_err(|e| snapshot_error(py, &e))?;
+        Ok(PySnapshotReader {
+            reader: Mutex::new(Some(reader)),
+        })
+    }
+
+    /// Turns this connection into a streaming session (the connection is used up).
+    #[pyo3(signature = (slot, start_lsn, publication_names, *, proto_version, binary,
+                        messages = true, streaming = true, status_interval_ms = 10_000,
+                        type_map = HashMap::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn start_streaming(
+        &self,
+        py: Python<'_>,
+        slot: String,
+        start_lsn: u64,
+        publication_names: Vec<String>,
+        proto_version: u32,
+        binary: bool,
+        messages: bool,
+        streaming: bool,
+        status_interval_ms: u64,
+        type_map: HashMap<u32, (u32, i32)>,
+    ) -> PyResult<PyLiveStream> {
+        if !(1..=4).contains(&proto_version) {
+            return Err(PyValueError::new_err("proto_version must be 1 to 4"));
+        }
+        let conn = locked(py, &self.conn)?
+            .take()
+            .ok_or_else(|| pgwire_error(py, "ConnectionError", "the connection is closed"))?;
+        let options = StartOptions {
+            slot,
+            start_lsn,
+            proto_version,
+            binary,
+            publication_names,
+            messages,
+            streaming,
+            status_interval: Duration::from_millis(status_interval_ms.max(100)),
+        };
+        let types = type_map.into_iter().map(|(oid, (base, modifier))| {
+            (
+                oid,
+                BaseType {
+                    oid: base,
+                    type_modifier: modifier,
+                },
+            )
+        });
+        let types: Vec<_> = types.collect();
+        let session = py
+            .detach(|| LiveSession::start(conn, &options, types))
+            .map_err(|e| live_error(py, &e))?;
+        Ok(PyLiveStream {
+            session: Mutex::new(session),
+        })
+    }
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if let Some(conn) = locked(py, &self.conn)?.take() {
+            py.detach(|| conn.close());
+        }
+        Ok(())
+    }
+}
+
+fn relation(
+    oid: u32,
+    namespace: String,
+    name: String,
+    identity: &str,
+    columns: Vec<ColumnSpec>,
+) -> Relation {
+    Relation {
+        oid,
+        qualified_name: format!("{namespace}.{name}"),
+        namespace,
+        name,
+        replica_identity: identity.bytes().next().unwrap_or(b'd'),
+        columns: columns
+            .into_iter()
+            .map(
+                |(name, type_oid, base_type_oid, type_modifier, base_type_modifier, is_key)| {
+                    Column {
+                        name,
+                        type_oid,
+                        base_type_oid,
+                        type_modifier,
+                        base_type_modifier,
+                        is_key,
+                    }
+                },
+            )
+            .collect(),
+    }
+}
+
+/// The snapshot copy in progress.
+#[pyclass(frozen, module = "pgwire_cdc._native", name = "SnapshotReader")]
+pub struct PySnapshotReader {
+    reader: Mutex<Option<SnapshotReader>>,
+}
+
+#[pymethods]
+impl PySnapshotReader {
+    /// The next batch `(table, ArrowStream)`, `None` when nothing arrived within
+    /// `timeout_ms`; raises `StopIteration` when every table is copied.
+    fn next_batch(
+        &self,
+        py: Python<'_>,
+        timeout_ms: u64,
+    ) -> PyResult<Option<(String, PyArrowStream)>> {
+        let mut guard = locked(py, &self.reader)?;
+        let Some(reader) = guard.as_mut() else {
+            return Err(pyo3::exceptions::PyStopIteration::new_err(()));
+        };
+        let polled = py.detach(|| reader.next(Duration::from_millis(timeout_ms)));
+        match polled {
+            Ok(SnapshotPoll::Batch(s)) => Ok(Some((
+                s.table,
+                PyArrowStream::new(s.batch.schema(), vec![s.batch]),
+            ))),
+            Ok(SnapshotPoll::Waiting) => Ok(None),
+            Ok(SnapshotPoll::Done) => {
+                *guard = None;
+                Err(pyo3::exceptions::PyStopIteration::new_err(()))
+            }
+            Err(e) => {
+                *guard = None;
+                Err(snapshot_error(py, &e))
+            }
+        }
+    }
+
+    /// Stops the workers (their connections end with them).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        locked(py, &self.reader)?.take();
+        Ok(())
+    }
+}
+
+/// A streaming session.
+#[pyclass(frozen, module = "pgwire_cdc._native", name = "LiveStream")]
+pub struct PyLiveStream {
+    session: Mutex<LiveSession>,
+}
+
+#[pymethods]
+impl PyLiveStream {
+    /// Reads until a batch is due or `slice_ms` passes:
+    /// `(segments, batch_lsn, stop)` with stop in pending, full, waited, until_lsn, idle.
+    #[pyo3(signature = (*, max_rows, max_bytes, max_ms, until_lsn = None, idle_timeout_ms = None, slice_ms = 200))]
+    #[allow(clippy::too_many_arguments)]
+    fn poll(
+        &self,
+        py: Python<'_>,
+        max_rows: usize,
+        max_bytes: usize,
+        max_ms: u64,
+        until_lsn: Option<u64>,
+        idle_timeout_ms: Option<u64>,
+        slice_ms: u64,
+    ) -> PyResult<(SegmentsOut, u64, &'static str)> {
+        let limits = BatchLimits {
+            max_rows,
+            max_bytes,
+            max_wait: Duration::from_millis(max_ms),
+            until_lsn,
+            idle_timeout: idle_timeout_ms.map(Duration::from_millis),
+        };
+        let mut session = locked(py, &self.session)?;
+        let polled = py
+            .detach(|| session.poll(&limits, Duration::from_millis(slice_ms)))
+            .map_err(|e| live_error(py, &e))?;
+        Ok((
+            segments_out(polled.segments),
+            polled.lsn,
+            polled.stop.name(),
+        ))
+    }
+
+    /// The consumer made everything up to `lsn` durable.
+    fn ack(&self, py: Python<'_>, lsn: u64) -> PyResult<()> {
+        let mut session = locked(py, &self.session)?;
+        py.detach(|| session.ack(lsn))
+            .map_err(|e| live_error(py, &e))
+    }
+
+    #[getter]
+    fn delivered_lsn(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(locked(py, &self.session)?.delivered_lsn())
+    }
+
+    #[getter]
+    fn acked_lsn(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(locked(py, &self.session)?.acked_lsn())
+    }
+
+    /// Reports the acked position and ends the stream.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let mut session = locked(py, &self.session)?;
+        py.detach(|| session.close())
+            .map_err(|e| live_error(py, &e))
+    }
+}
