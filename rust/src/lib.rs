@@ -9,6 +9,7 @@
 //! * [`event`]: owned events (the seed's event model) for debugging and tests;
 //! * [`values`]: PostgreSQL values in text and binary format, parsed exactly;
 //! * [`arrow`]: change tables built from the events straight into Arrow builders;
+//! * [`pg`]: a synchronous PostgreSQL client: the replication connection and COPY;
 //! * `python` (feature `python`): the PyO3 binding, `pgwire_cdc._native`.
 
 pub mod arrow;
@@ -16,6 +17,7 @@ pub mod decoder;
 pub mod error;
 pub mod event;
 pub mod lsn;
+pub mod pg;
 pub mod protocol;
 pub mod relation;
 pub mod sink;
