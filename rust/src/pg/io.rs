@@ -25,6 +25,8 @@ use super::error::PgError;
 
 /// Initial (and resting) size of the read buffer.
 pub(crate) const READ_BUFFER: usize = 256 * 1024;
+/// Compact the buffer when less than this is free at its end.
+const MIN_READ: usize = 16 * 1024;
 /// Largest message accepted: PostgreSQL's own limit on one allocation is 1 GiB.
 const MAX_MESSAGE: usize = 1 << 30;
 
@@ -275,8 +277,9 @@ impl Wire {
                 self.buf.truncate(READ_BUFFER);
                 self.buf.shrink_to_fit();
             }
-        } else if self.start > 0 && (self.end == self.buf.len() || self.start > self.buf.len() / 2)
-        {
+        } else if self.start > 0 && self.buf.len() - self.end < MIN_READ {
+            // Little room left at the tail: move the partial message to the front rather
+            // than read in small pieces.
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;

@@ -49,8 +49,9 @@ pub enum SnapshotAction {
     Export,
     /// Don't keep it.
     NoExport,
-    /// Use it in the current transaction of this connection (which must have begun with
-    /// `BEGIN ISOLATION LEVEL REPEATABLE READ` and run nothing yet).
+    /// Use it in the current transaction of this connection, which must have begun with
+    /// `BEGIN READ ONLY ISOLATION LEVEL REPEATABLE READ` and run nothing yet (the way
+    /// PostgreSQL's own table synchronisation copies the initial data).
     Use,
 }
 
@@ -379,10 +380,11 @@ impl ReplicationStream {
         let data = frontend::CopyData::new(&payload[..])
             .map_err(|e| PgError::protocol(format!("cannot encode a status update: {e}")))?;
         data.write(&mut self.conn.wire.out);
-        self.conn.wire.flush().map_err(|e| {
+        let result = self.conn.wire.flush();
+        if result.is_err() {
             self.failed = true;
-            e
-        })
+        }
+        result
     }
 
     /// CopyDone, then reads until the server's CopyDone / CommandComplete /

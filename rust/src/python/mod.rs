@@ -5,6 +5,7 @@ mod arrow;
 mod decoder;
 mod errors;
 mod event;
+mod pg;
 
 use pyo3::prelude::*;
 
@@ -14,6 +15,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<event::PyEvent>()?;
     m.add_class::<arrow::PyArrowStream>()?;
     m.add_class::<event::UnchangedToast>()?;
+    m.add_class::<pg::PyPgConnection>()?;
+    m.add_class::<pg::PyPgReplicationStream>()?;
     m.add(
         "UNCHANGED_TOAST",
         event::unchanged_toast(m.py())?.clone_ref(m.py()),
