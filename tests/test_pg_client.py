@@ -120,7 +120,9 @@ def dsn(cluster: PgCluster, extra: str = "", *, dbname: str = "postgres") -> str
     return f"host=127.0.0.1 port={cluster.port} dbname={dbname} {extra}"
 
 
-def connect(cluster: PgCluster, extra: str = "user=postgres", **kwargs: Any) -> _native.PgConnection:
+def connect(
+    cluster: PgCluster, extra: str = "user=postgres", **kwargs: Any
+) -> _native.PgConnection:
     return _native.PgConnection(dsn(cluster, extra), **kwargs)
 
 
@@ -252,7 +254,7 @@ def test_unix_socket_and_uri(tls_pg: PgCluster) -> None:
 
 
 def test_connection_failures(tls_pg: PgCluster) -> None:
-    with pytest.raises(ConnectionError, match="database .* does not exist") as info:
+    with pytest.raises(ConnectionError, match=r"database .* does not exist") as info:
         _native.PgConnection(f"host=127.0.0.1 port={tls_pg.port} user=postgres dbname=nope_db")
     assert info.value.sqlstate == "3D000"
     with pytest.raises(ConnectionError, match="refused"):
@@ -309,7 +311,7 @@ def test_tls_modes(tls_pg: PgCluster, certs: Certs, tmp_path: Path) -> None:
         f"host=localhost sslmode=require sslrootcert={certs.other_ca}",
     ]
     for extra in bad:
-        with pytest.raises(ConnectionError, match="TLS|certificate") as info:
+        with pytest.raises(ConnectionError, match=r"TLS|certificate") as info:
             _native.PgConnection(f"{extra} port={tls_pg.port} user=postgres")
         assert info.value.sqlstate is None, extra
 
@@ -487,9 +489,7 @@ def _decode_until(
 
 
 @pytest.mark.parametrize("sslmode", ["disable", "require"])
-def test_stream_decodes_and_status_moves_the_slot(
-    tls_pg: PgCluster, sslmode: str
-) -> None:
+def test_stream_decodes_and_status_moves_the_slot(tls_pg: PgCluster, sslmode: str) -> None:
     if sslmode != "disable":
         need_tls(tls_pg)
     dbname = tls_pg.create_database()
@@ -527,9 +527,10 @@ def _stream_scenario(cluster: PgCluster, dbname: str, sslmode: str) -> None:
     inserts = [e for e in events if e.kind == "insert"]
     assert [e.table_row[0] for e in inserts] == [str(i) for i in range(1, rows + 1)]
     assert inserts[0].table == "public.t"
-    assert inserts[-1].table_row[1] == admin.execute(
-        "SELECT repeat(md5(%s::text), 8)", (rows,)
-    ).fetchone()[0]  # type: ignore[index]
+    assert (
+        inserts[-1].table_row[1]
+        == admin.execute("SELECT repeat(md5(%s::text), 8)", (rows,)).fetchone()[0]
+    )  # type: ignore[index]
     commit = events[-1]
     assert commit.kind == "commit" and commit.commit_lsn is not None
 
@@ -565,9 +566,7 @@ def test_terminated_walsender_is_a_connection_error(db: Any) -> None:
     pid = repl.backend_pid
     slot = _slot_name()
     repl.create_slot(slot, temporary=True, snapshot="nothing")
-    stream = repl.start_replication(
-        slot, 0, [("proto_version", "1"), ("publication_names", '"p"')]
-    )
+    stream = repl.start_replication(slot, 0, [("proto_version", "1"), ("publication_names", '"p"')])
     db.conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
     started = time.monotonic()
     with pytest.raises(ConnectionError) as info:
@@ -602,9 +601,7 @@ def test_slot_errors(db: Any) -> None:
         )
         third = _native.PgConnection(db.dsn, replication=True)
         with pytest.raises(SlotError) as active:
-            third.start_replication(
-                slot, 0, [("proto_version", "1"), ("publication_names", '"p"')]
-            )
+            third.start_replication(slot, 0, [("proto_version", "1"), ("publication_names", '"p"')])
         assert active.value.sqlstate == "55006"
         stream.close()
     finally:
@@ -612,6 +609,9 @@ def test_slot_errors(db: Any) -> None:
     drop = _native.PgConnection(db.dsn, replication=True)
     drop.drop_slot(slot, wait=True)
     drop.close()
-    assert db.conn.execute(
-        "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)
-    ).fetchone() is None
+    assert (
+        db.conn.execute(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
+        is None
+    )

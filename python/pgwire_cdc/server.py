@@ -384,7 +384,9 @@ class PgCluster:
         with self.connect() as conn:
             exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
             if not exists:
-                conn.execute(sql.SQL("CREATE ROLE {} LOGIN REPLICATION").format(sql.Identifier(role)))
+                conn.execute(
+                    sql.SQL("CREATE ROLE {} LOGIN REPLICATION").format(sql.Identifier(role))
+                )
             conn.execute("SELECT set_config('password_encryption', %s, false)", (encryption,))
             conn.execute(
                 sql.SQL("ALTER ROLE {} PASSWORD {}").format(
@@ -411,7 +413,10 @@ class PgCluster:
         """Serve TLS with this certificate and key (PEM). The files are copied into the
         data directory, owned by the server OS user, the key readable by it alone."""
         assert self.basedir is not None, "cluster not initialised"
-        for source, name, mode in ((cert_file, "server.crt", 0o644), (key_file, "server.key", 0o600)):
+        for source, name, mode in (
+            (cert_file, "server.crt", 0o644),
+            (key_file, "server.key", 0o600),
+        ):
             target = self.datadir / name
             shutil.copyfile(source, target)
             os.chmod(target, mode)

@@ -104,7 +104,10 @@ pub fn pg_error_class(err: &PgError) -> PgErrorClass {
                 "42704" | "42710" if !about_publication => PgErrorClass::Slot,
                 "55000" if e.message.contains("replication slot") => PgErrorClass::Slot,
                 code if code.starts_with("28") => PgErrorClass::Connection,
-                code if ["42", "0A", "55"].iter().any(|class| code.starts_with(class)) => {
+                code if ["42", "0A", "55"]
+                    .iter()
+                    .any(|class| code.starts_with(class)) =>
+                {
                     PgErrorClass::Config
                 }
                 _ => PgErrorClass::Connection,

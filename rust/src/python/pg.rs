@@ -147,7 +147,12 @@ impl PyPgConnection {
             }
         };
         let slot = self.with(py, |c| c.create_logical_slot(name, temporary, action))?;
-        Ok((slot.slot_name, slot.consistent_point, slot.snapshot_name, slot.plugin))
+        Ok((
+            slot.slot_name,
+            slot.consistent_point,
+            slot.snapshot_name,
+            slot.plugin,
+        ))
     }
 
     #[pyo3(signature = (name, wait = false))]
@@ -206,10 +211,13 @@ impl PyPgReplicationStream {
     /// `("w", wal_start, wal_end, server_clock, data)` for XLogData,
     /// `("k", wal_end, server_clock, reply_requested)` for a keepalive.
     fn recv<'py>(&self, py: Python<'py>, timeout: f64) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let timeout = Duration::try_from_secs_f64(timeout)
-            .map_err(|_| PyValueError::new_err("timeout must be a non-negative number of seconds"))?;
+        let timeout = Duration::try_from_secs_f64(timeout).map_err(|_| {
+            PyValueError::new_err("timeout must be a non-negative number of seconds")
+        })?;
         let mut guard = lock(&self.stream, "PgReplicationStream")?;
-        let stream = guard.as_mut().ok_or_else(|| closed("PgReplicationStream"))?;
+        let stream = guard
+            .as_mut()
+            .ok_or_else(|| closed("PgReplicationStream"))?;
         let message = py
             .detach(|| stream.recv(timeout))
             .map_err(|e| pg_error(py, &e))?;
@@ -248,7 +256,9 @@ impl PyPgReplicationStream {
         reply_requested: bool,
     ) -> PyResult<()> {
         let mut guard = lock(&self.stream, "PgReplicationStream")?;
-        let stream = guard.as_mut().ok_or_else(|| closed("PgReplicationStream"))?;
+        let stream = guard
+            .as_mut()
+            .ok_or_else(|| closed("PgReplicationStream"))?;
         py.detach(|| stream.send_status(write, flush, apply, reply_requested))
             .map_err(|e| pg_error(py, &e))
     }
@@ -258,7 +268,9 @@ impl PyPgReplicationStream {
         let stream = lock(&self.stream, "PgReplicationStream")?
             .take()
             .ok_or_else(|| closed("PgReplicationStream"))?;
-        let conn = py.detach(|| stream.finish()).map_err(|e| pg_error(py, &e))?;
+        let conn = py
+            .detach(|| stream.finish())
+            .map_err(|e| pg_error(py, &e))?;
         Ok(PyPgConnection::wrap(conn))
     }
 
