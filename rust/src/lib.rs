@@ -20,6 +20,7 @@ pub mod error;
 pub mod event;
 pub mod live;
 pub mod lsn;
+pub mod pg;
 pub mod protocol;
 pub mod relation;
 pub mod sink;

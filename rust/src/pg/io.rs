@@ -1,0 +1,323 @@
+//! The byte transport under the protocol: a TCP, Unix-socket or TLS stream, one large
+//! reusable read buffer, and framing of backend messages in place.
+//!
+//! Every backend message is `tag: u8, length: i32 (counting itself), body` (protocol
+//! chapter, "Message Formats"). [`Wire::next_frame`] returns the tag and the body's
+//! position inside the read buffer, so callers borrow the body without a copy and no
+//! message costs a heap allocation. The buffer starts at 256 KiB so one `read` brings in
+//! many CopyData frames; a longer message grows it by doubling as its bytes arrive (never
+//! to the length a header merely claims), and it shrinks back once that message is
+//! consumed.
+//!
+//! Time-outs: a read that hits its deadline leaves every byte where it was (partial frames
+//! in our buffer, partial TLS records inside rustls), so the next call resumes exactly.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::ops::Range;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use rustls::{ClientConnection, StreamOwned};
+
+use super::error::PgError;
+
+/// Initial (and resting) size of the read buffer.
+pub(crate) const READ_BUFFER: usize = 256 * 1024;
+/// Compact the buffer when less than this is free at its end.
+const MIN_READ: usize = 16 * 1024;
+/// Largest message accepted: PostgreSQL's own limit on one allocation is 1 GiB.
+const MAX_MESSAGE: usize = 1 << 30;
+
+/// The socket, plain or wrapped in TLS.
+pub(crate) enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+}
+
+impl Stream {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(timeout),
+            Stream::Unix(s) => s.set_read_timeout(timeout),
+            Stream::Tls(s) => s.sock.set_read_timeout(timeout),
+        }
+    }
+
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_write_timeout(timeout),
+            Stream::Unix(s) => s.set_write_timeout(timeout),
+            Stream::Tls(s) => s.sock.set_write_timeout(timeout),
+        }
+    }
+
+    pub(crate) fn tls(&self) -> Option<&ClientConnection> {
+        match self {
+            Stream::Tls(s) => Some(&s.conn),
+            _ => None,
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.flush(),
+            Stream::Unix(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// A complete backend message: its tag and where its body sits in the read buffer.
+#[derive(Debug, Clone)]
+pub(crate) struct Frame {
+    pub tag: u8,
+    pub body: Range<usize>,
+}
+
+/// The framed connection.
+pub(crate) struct Wire {
+    stream: Stream,
+    buf: Vec<u8>,
+    /// Unconsumed bytes are `buf[start..end]`.
+    start: usize,
+    end: usize,
+    /// Outgoing messages are built here and written in one go.
+    pub(crate) out: BytesMut,
+    /// The read time-out currently set on the socket (to skip redundant setsockopt calls).
+    read_timeout: Option<Duration>,
+    /// The time-out of reads without a deadline (the login's connect_timeout).
+    base_timeout: Option<Duration>,
+}
+
+impl Wire {
+    pub(crate) fn new(stream: Stream) -> Self {
+        Wire {
+            stream,
+            buf: vec![0; READ_BUFFER],
+            start: 0,
+            end: 0,
+            out: BytesMut::with_capacity(1024),
+            read_timeout: None,
+            base_timeout: None,
+        }
+    }
+
+    pub(crate) fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// Time-outs for every read and write until changed (the connect_timeout of the
+    /// login); `None` blocks.
+    pub(crate) fn set_timeouts(&mut self, timeout: Option<Duration>) -> Result<(), PgError> {
+        self.base_timeout = timeout;
+        self.set_read_timeout(timeout)?;
+        self.stream
+            .set_write_timeout(timeout)
+            .map_err(|e| PgError::io("could not set the socket time-out", e))
+    }
+
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> Result<(), PgError> {
+        if self.read_timeout != timeout {
+            self.stream
+                .set_read_timeout(timeout)
+                .map_err(|e| PgError::io("could not set the socket time-out", e))?;
+            self.read_timeout = timeout;
+        }
+        Ok(())
+    }
+
+    /// Writes `out` to the socket and clears it.
+    pub(crate) fn flush(&mut self) -> Result<(), PgError> {
+        let result = self
+            .stream
+            .write_all(&self.out)
+            .and_then(|()| self.stream.flush());
+        self.out.clear();
+        result.map_err(|e| io_error("could not send data to the server", e))
+    }
+
+    /// The body of a frame returned by [`Wire::next_frame`] (valid until the next read).
+    pub(crate) fn body(&self, frame: &Frame) -> Result<&[u8], PgError> {
+        self.buf
+            .get(frame.body.clone())
+            .ok_or_else(|| PgError::protocol("message position outside the read buffer"))
+    }
+
+    /// The next complete message, reading as needed. `deadline` bounds the wait:
+    /// `Ok(None)` once it passes with no complete message; `None` waits for ever (or for
+    /// the socket time-out set with [`Wire::set_timeouts`]).
+    pub(crate) fn next_frame(
+        &mut self,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Frame>, PgError> {
+        loop {
+            if let Some(frame) = self.parse_frame()? {
+                return Ok(Some(frame));
+            }
+            if !self.fill(deadline)? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// A blocking [`Wire::next_frame`].
+    pub(crate) fn frame(&mut self) -> Result<Frame, PgError> {
+        match self.next_frame(None)? {
+            Some(frame) => Ok(frame),
+            None => Err(PgError::connect("timed out waiting for the server")),
+        }
+    }
+
+    /// Frames the message at the front of the buffer if it is complete.
+    fn parse_frame(&mut self) -> Result<Option<Frame>, PgError> {
+        let Some(len) = self.header_len()? else {
+            return Ok(None);
+        };
+        let total = len + 1;
+        if self.end - self.start < total {
+            return Ok(None);
+        }
+        let tag = self.buf.get(self.start).copied().unwrap_or_default();
+        let body = self.start + 5..self.start + total;
+        self.start += total;
+        Ok(Some(Frame { tag, body }))
+    }
+
+    /// The length field of the message at the front, once its 5-byte header is in.
+    fn header_len(&self) -> Result<Option<usize>, PgError> {
+        if self.end - self.start < 5 {
+            return Ok(None);
+        }
+        let header: Option<[u8; 5]> = self
+            .buf
+            .get(self.start..self.start + 5)
+            .and_then(|h| h.try_into().ok());
+        let Some([tag, a, b, c, d]) = header else {
+            return Ok(None);
+        };
+        let len = i32::from_be_bytes([a, b, c, d]);
+        usize::try_from(len)
+            .ok()
+            .filter(|len| (4..=MAX_MESSAGE).contains(len))
+            .map(Some)
+            .ok_or_else(|| {
+                PgError::protocol(format!(
+                    "invalid length {len} in a message of type '{}'",
+                    char::from(tag)
+                ))
+            })
+    }
+
+    /// Reads more bytes; `false` when `deadline` passed first.
+    fn fill(&mut self, deadline: Option<Instant>) -> Result<bool, PgError> {
+        self.make_room();
+        let timeout = match deadline {
+            None => self.base_timeout,
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(false);
+                }
+                // A zero socket time-out would mean "block"; round tiny waits up.
+                Some(left.max(Duration::from_micros(100)))
+            }
+        };
+        self.set_read_timeout(timeout)?;
+        let free = self.buf.get_mut(self.end..).unwrap_or_default();
+        match self.stream.read(free) {
+            Ok(0) => Err(PgError::connect(
+                "server closed the connection unexpectedly",
+            )),
+            Ok(n) => {
+                self.end += n;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(true),
+            Err(e) if is_timeout(&e) => {
+                if deadline.is_some() {
+                    Ok(false)
+                } else {
+                    Err(PgError::io("timed out waiting for the server", e))
+                }
+            }
+            Err(e) => Err(io_error("could not receive data from the server", e)),
+        }
+    }
+
+    /// Moves the unconsumed bytes to the front and grows or shrinks the buffer so that
+    /// there is space to read into.
+    fn make_room(&mut self) {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            if self.buf.len() > READ_BUFFER {
+                self.buf.truncate(READ_BUFFER);
+                self.buf.shrink_to_fit();
+            }
+        } else if self.start > 0 && self.buf.len() - self.end < MIN_READ {
+            // Little room left at the tail: move the partial message to the front rather
+            // than read in small pieces.
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            // A message longer than the buffer: double, but not past what it needs.
+            let need = self
+                .header_len()
+                .ok()
+                .flatten()
+                .map_or(self.buf.len() + 1, |len| len + 1);
+            let grown = self
+                .buf
+                .len()
+                .saturating_mul(2)
+                .min(need.max(self.buf.len() + 1));
+            self.buf.resize(grown, 0);
+        }
+    }
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+/// An I/O error while connected: an abrupt close reads as such, not as "early eof".
+pub(crate) fn io_error(context: &str, e: io::Error) -> PgError {
+    match e.kind() {
+        io::ErrorKind::UnexpectedEof
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::BrokenPipe => PgError::Connect {
+            message: format!("{context}: server closed the connection unexpectedly ({e})"),
+            source: Some(e),
+        },
+        _ if is_timeout(&e) => PgError::io(&format!("{context}: timed out"), e),
+        _ => PgError::io(context, e),
+    }
+}

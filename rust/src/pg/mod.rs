@@ -1,0 +1,44 @@
+//! A synchronous PostgreSQL client (frontend/backend protocol 3.0, PostgreSQL
+//! documentation chapter "Frontend/Backend Protocol"), written for one job: to be the
+//! replication connection of pgwire_cdc and to run the COPY of the initial snapshot.
+//!
+//! * [`ConnParams`]: libpq connection strings and URIs (`dsn.rs`, `uri.rs`), with libpq's
+//!   environment variables, defaults and password file applied at connect time
+//!   (`config.rs`, `pgpass.rs`).
+//! * [`Connection`]: TLS via rustls (`tls.rs`), trust / password / md5 / SCRAM-SHA-256(-PLUS)
+//!   logins (`auth.rs`, `connect.rs`), simple queries and `COPY TO STDOUT`
+//!   (`connection.rs`).
+//! * [`replication`]: IDENTIFY_SYSTEM, slots, and the COPY BOTH stream of XLogData and
+//!   keepalives.
+//!
+//! Why not tokio-postgres or libpq: the stream must run inside a plain (GIL-releasing)
+//! Python call without an async runtime, and the hot path (a million XLogData frames a
+//! second) must not allocate per message. `postgres-protocol` (the protocol crate under
+//! tokio-postgres) provides the parts that are easy to get subtly wrong — SCRAM with
+//! SASLprep and channel binding, the MD5 hash — and the frontend message encoders. Backend
+//! messages are framed and parsed here (`io.rs`, `backend.rs`) because its backend parser
+//! hands out reference-counted `Bytes` per message, while ours borrows each body straight
+//! from one reusable read buffer.
+
+mod auth;
+mod backend;
+mod config;
+mod connect;
+pub mod connection;
+pub mod dsn;
+pub mod error;
+mod io;
+mod pgpass;
+pub mod replication;
+mod tls;
+mod uri;
+
+#[cfg(test)]
+mod dsn_tests;
+
+pub use connection::Connection;
+pub use dsn::{ChannelBindingMode, ConnParams, SslMode};
+pub use error::{PgError, ServerError};
+pub use replication::{
+    ReplicationMessage, ReplicationStream, SlotCreated, SnapshotAction, SystemInfo,
+};
