@@ -9,6 +9,7 @@
 //! * [`event`]: owned events (the seed's event model) for debugging and tests;
 //! * [`values`]: PostgreSQL values in text and binary format, parsed exactly;
 //! * [`arrow`]: change tables built from the events straight into Arrow builders;
+//! * [`snapshot`]: the initial snapshot's COPY BINARY data into the same change tables;
 //! * `python` (feature `python`): the PyO3 binding, `pgwire_cdc._native`.
 
 pub mod arrow;
@@ -19,6 +20,7 @@ pub mod lsn;
 pub mod protocol;
 pub mod relation;
 pub mod sink;
+pub mod snapshot;
 pub mod values;
 pub mod wire;
 
