@@ -5,6 +5,7 @@ mod arrow;
 mod decoder;
 mod errors;
 mod event;
+mod snapshot;
 
 use pyo3::prelude::*;
 
@@ -13,6 +14,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<decoder::PyDecoder>()?;
     m.add_class::<event::PyEvent>()?;
     m.add_class::<arrow::PyArrowStream>()?;
+    m.add_class::<snapshot::PyCopyDecoder>()?;
     m.add_class::<event::UnchangedToast>()?;
     m.add(
         "UNCHANGED_TOAST",
