@@ -7,10 +7,14 @@
 //!   must stay valid;
 //! * `value_parsers`: arbitrary text and bytes into a column builder of every built-in
 //!   type, scalar and array, with real and random type modifiers;
-//! * `parse_lsn`: arbitrary strings.
+//! * `parse_lsn`: arbitrary strings;
+//! * `copy_binary`: COPY BINARY streams built from the golden captures' inserts (binary
+//!   captures: real send-format values; text captures: output text, which the binary
+//!   parsers mostly reject, exercising rejected rows), mutated and split at random points,
+//!   into the snapshot's `CopyBinaryDecoder`.
 //!
 //! The property is always the same: an `Ok` or a `DecodeError`, never a panic, and an
-//! error's offset inside the message. By default each target runs a few thousand cases (part
+//! error's offset inside the message (for COPY: inside the stream). By default each target runs a few thousand cases (part
 //! of `make test`); `PGWIRE_CDC_FUZZ_SECONDS=600 make fuzz` runs each for ten minutes.
 
 #![allow(
@@ -22,13 +26,18 @@
 
 mod common;
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow_array::Array;
 use pgwire_cdc::arrow::column::ColumnBuilder;
 use pgwire_cdc::arrow::ArrowSink;
-use pgwire_cdc::protocol::{parse_message, Datum, ParseContext};
+use pgwire_cdc::protocol::{parse_message, Datum, Message, ParseContext};
+use pgwire_cdc::relation::{Relation, TypeInfo};
 use pgwire_cdc::sink::{EventSink, NullSink};
+use pgwire_cdc::snapshot::frame::SIGNATURE;
+use pgwire_cdc::snapshot::{CopyBinaryDecoder, SnapshotError, SnapshotMeta};
 use pgwire_cdc::{Decoder, DecoderConfig};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -287,6 +296,129 @@ fn fuzz_parse_lsn() {
                 pgwire_cdc::lsn::parse_lsn(&pgwire_cdc::lsn::format_lsn(v)),
                 Ok(v)
             );
+        }
+        Ok(())
+    });
+}
+
+/// One COPY BINARY stream per relation version of each capture, its tuples made of the
+/// capture's inserts (the values exactly as the server wrote them).
+fn copy_seeds() -> Vec<(Arc<Relation>, Vec<u8>)> {
+    let mut out = Vec::new();
+    for cap in common::captures() {
+        let mut types = HashMap::new();
+        let mut relations: HashMap<u32, Arc<Relation>> = HashMap::new();
+        let mut streams: Vec<(Arc<Relation>, Vec<u8>)> = Vec::new();
+        let mut in_stream = false;
+        for (_, bytes) in &cap.messages {
+            let ctx = ParseContext {
+                proto_version: cap.proto_version,
+                in_stream,
+            };
+            match parse_message(bytes, ctx) {
+                Ok(Message::StreamStart(_)) => in_stream = true,
+                Ok(Message::StreamStop) => in_stream = false,
+                Ok(Message::Type(t)) => {
+                    types.insert(t.oid, Arc::new(TypeInfo::from_message(&t)));
+                }
+                Ok(Message::Relation(r)) => {
+                    let rel = Arc::new(Relation::from_message(&r, &types));
+                    if relations.get(&r.oid).map(|old| **old != *rel) != Some(false) {
+                        let mut header = SIGNATURE.to_vec();
+                        header.extend([0; 8]);
+                        streams.push((Arc::clone(&rel), header));
+                        relations.insert(r.oid, rel);
+                    }
+                }
+                Ok(Message::Insert(ins)) => {
+                    let Some(rel) = relations.get(&ins.relation) else {
+                        continue;
+                    };
+                    let Some((_, stream)) =
+                        streams.iter_mut().rev().find(|(r, _)| Arc::ptr_eq(r, rel))
+                    else {
+                        continue;
+                    };
+                    stream.extend((ins.new.len() as i16).to_be_bytes());
+                    for d in &ins.new {
+                        match d {
+                            Datum::Binary(b) => {
+                                stream.extend((b.len() as i32).to_be_bytes());
+                                stream.extend(*b);
+                            }
+                            Datum::Text(t) => {
+                                stream.extend((t.len() as i32).to_be_bytes());
+                                stream.extend(t.as_bytes());
+                            }
+                            Datum::Null | Datum::UnchangedToast => {
+                                stream.extend((-1i32).to_be_bytes());
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (rel, mut stream) in streams {
+            stream.extend((-1i16).to_be_bytes());
+            out.push((rel, stream));
+        }
+    }
+    assert!(out.len() > 10, "the captures give COPY seeds");
+    out
+}
+
+const COPY_META: SnapshotMeta = SnapshotMeta {
+    consistent_point: 7,
+    first_ordinal: 0,
+};
+
+#[test]
+fn fuzz_copy_binary_mutated_streams() {
+    let seeds = copy_seeds();
+    let strategy = (
+        0..seeds.len(),
+        proptest::option::of(mutations()),
+        proptest::collection::vec(any::<prop::sample::Index>(), 0..6),
+    );
+    run("copy_binary", strategy, |(i, muts, cuts)| {
+        let (relation, seed) = &seeds[i];
+        let stream = match &muts {
+            Some(m) => apply(seed.clone(), m),
+            None => seed.clone(),
+        };
+        let mut points: Vec<usize> = cuts.iter().map(|c| c.index(stream.len() + 1)).collect();
+        points.sort_unstable();
+        let mut dec = CopyBinaryDecoder::new(Arc::clone(relation), COPY_META);
+        let mut start = 0;
+        let mut fed = Ok(());
+        for p in points.into_iter().chain([stream.len()]) {
+            fed = fed.and_then(|()| dec.feed(&stream[start..p]));
+            start = p;
+        }
+        if let Err(e) = &fed {
+            prop_assert!(e.offset <= stream.len());
+        }
+        let mut rows = 0;
+        let mut rejected = 0;
+        loop {
+            match dec.finish() {
+                Ok(batch) => {
+                    rows += batch.num_rows();
+                    break;
+                }
+                Err(SnapshotError::Rejected(errors)) => rejected += errors.len(),
+                Err(SnapshotError::Decode(e)) => {
+                    prop_assert!(e.offset <= stream.len());
+                    prop_assert!(fed.is_err() || !dec.is_complete());
+                    return Ok(());
+                }
+                Err(SnapshotError::Arrow(e)) => return Err(TestCaseError::fail(e.to_string())),
+            }
+        }
+        prop_assert_eq!(rows as u64 + rejected as u64, dec.tuples());
+        if muts.is_none() {
+            prop_assert!(fed.is_ok());
         }
         Ok(())
     });

@@ -968,12 +968,13 @@ class Harness:
         table: pa.Table,
         fmt: str,
         text: pa.Table | None = None,
+        change_type: str = "insert",
     ) -> None:
         spec = self.spec
         n = len(rows)
         assert table.num_rows == n, fmt
         assert table.column("id").to_pylist() == list(range(1, n + 1)), fmt
-        assert table.column("_change_type").to_pylist() == ["insert"] * n, fmt
+        assert table.column("_change_type").to_pylist() == [change_type] * n, fmt
         assert table.column("_before").null_count == n, fmt
         width = len(spec.columns)
         for i, col in enumerate(spec.columns):
@@ -994,7 +995,7 @@ class Harness:
                     f" PostgreSQL says {exp!r}"
                 )
                 assert value == t, (
-                    f"{what}, row {row + 1}: literal {lit!r}: binary {value!r} != text {t!r}"
+                    f"{what}, row {row + 1}: literal {lit!r}: {fmt} {value!r} != text {t!r}"
                 )
             if col.python:
                 for row, r in enumerate(oracle):

@@ -49,6 +49,38 @@ class Decoder:
     def _take_segments(self) -> list[tuple[str, ArrowStream]]: ...
 
 @final
+class CopyDecoder:
+    """One table's ``COPY (SELECT ...) TO STDOUT (FORMAT BINARY)`` data into a change table
+    of ``read`` rows (CONTRACT section 3), the same schema and values the stream gives."""
+
+    def __init__(
+        self,
+        table_oid: int,
+        namespace: str,
+        name: str,
+        replica_identity: str,
+        # (name, type_oid, base_type_oid, type_modifier, is_key), published columns in
+        # attnum order
+        columns: Sequence[tuple[str, int, int, int, bool]],
+        consistent_point: int,
+        first_ordinal: int = 0,
+    ) -> None: ...
+    @property
+    def table(self) -> str: ...
+    @property
+    def select_list(self) -> str: ...
+    @property
+    def rows(self) -> int: ...
+    @property
+    def tuples(self) -> int: ...
+    @property
+    def complete(self) -> bool: ...
+    def feed(self, chunk: bytes | bytearray) -> None: ...
+    def feed_many(self, chunks: Sequence[bytes | bytearray]) -> None: ...
+    def take(self) -> ArrowStream: ...
+    def finish(self) -> ArrowStream: ...
+
+@final
 class Event:
     kind: str
     start_lsn: int

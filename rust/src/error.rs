@@ -29,6 +29,9 @@ pub enum MessageKind {
     CommitPrepared,
     RollbackPrepared,
     StreamPrepare,
+    /// Not pgoutput: a row of an initial snapshot, `COPY ... TO STDOUT (FORMAT BINARY)`
+    /// data (see [`crate::snapshot`]). Offsets count from the start of the COPY stream.
+    CopyData,
     /// The tag byte itself is missing or not a pgoutput tag.
     Unknown,
 }
@@ -81,6 +84,7 @@ impl MessageKind {
             Self::CommitPrepared => "Commit Prepared",
             Self::RollbackPrepared => "Rollback Prepared",
             Self::StreamPrepare => "Stream Prepare",
+            Self::CopyData => "CopyData",
             Self::Unknown => "unknown",
         }
     }
@@ -135,6 +139,52 @@ pub enum Reason {
         lsn: u64,
         problem: String,
     },
+    /// COPY BINARY data (an initial snapshot) that breaks the format's framing.
+    Copy { table: String, problem: CopyProblem },
+}
+
+/// What is wrong with a COPY BINARY stream (PostgreSQL docs, COPY, "Binary Format").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CopyProblem {
+    /// The first 11 bytes are not `PGCOPY\n\xff\r\n\0` (a text or CSV COPY, or a
+    /// stream that does not start at its beginning).
+    BadSignature,
+    /// Flags bit 16: every tuple carries an OID field first (pre-12 `WITH OIDS` tables).
+    OidsIncluded,
+    /// Another of the critical flag bits (16-31), which a reader must not ignore.
+    UnknownCriticalFlags(u32),
+    /// A negative header extension length.
+    BadExtensionLength(i32),
+    /// A tuple's field count differs from the number of columns the decoder expects.
+    FieldCount { expected: usize, found: i16 },
+    /// A field length below -1 (-1 is NULL).
+    BadFieldLength(i32),
+    /// Bytes after the trailer (field count -1), which ends the stream.
+    DataAfterTrailer,
+    /// The stream ended (`finish`) inside the header or a tuple, or before the trailer.
+    Truncated { inside: &'static str },
+}
+
+impl fmt::Display for CopyProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BadSignature => f.write_str("no COPY BINARY signature (PGCOPY\\n\\377\\r\\n\\0)"),
+            Self::OidsIncluded => f.write_str("header flags say tuples include OIDs (unsupported)"),
+            Self::UnknownCriticalFlags(flags) => {
+                write!(f, "unknown critical header flags 0x{flags:08x}")
+            }
+            Self::BadExtensionLength(n) => write!(f, "bad header extension length {n}"),
+            Self::FieldCount { expected, found } => {
+                write!(
+                    f,
+                    "tuple has {found} fields, the table has {expected} columns"
+                )
+            }
+            Self::BadFieldLength(n) => write!(f, "bad field length {n}"),
+            Self::DataAfterTrailer => f.write_str("data after the trailer"),
+            Self::Truncated { inside } => write!(f, "stream ends {inside}"),
+        }
+    }
 }
 
 impl fmt::Display for Reason {
@@ -184,6 +234,7 @@ impl fmt::Display for Reason {
                 "column {column:?} of {table} at LSN {}: {problem}",
                 crate::lsn::format_lsn(*lsn)
             ),
+            Self::Copy { table, problem } => write!(f, "{table}: {problem}"),
         }
     }
 }
@@ -212,6 +263,11 @@ impl fmt::Display for DecodeError {
         match &self.reason {
             // The message is fine; one of its values is not.
             Reason::Value { .. } => write!(f, "{} message: {}", self.kind, self.reason),
+            Reason::Copy { table, problem } => write!(
+                f,
+                "malformed COPY BINARY data of {table} at byte {}: {problem}",
+                self.offset
+            ),
             _ => write!(
                 f,
                 "malformed {} message at byte {}: {}",

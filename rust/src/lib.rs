@@ -24,6 +24,7 @@ pub mod pg;
 pub mod protocol;
 pub mod relation;
 pub mod sink;
+pub mod snapshot;
 pub mod values;
 pub mod wire;
 

@@ -54,45 +54,66 @@ impl Relation {
         types: &HashMap<u32, Arc<TypeInfo>>,
         catalog: &TypeCatalog,
     ) -> Self {
-        let namespace = if msg.namespace.is_empty() {
+        let columns = msg
+            .columns
+            .iter()
+            .map(|c| {
+                let base = catalog.get(&c.type_oid).copied().unwrap_or_else(|| BaseType {
+                    oid: types
+                        .get(&c.type_oid)
+                        .and_then(|t| base_type_oid(t))
+                        .unwrap_or(c.type_oid),
+                    type_modifier: -1,
+                });
+                Column {
+                    name: c.name.to_owned(),
+                    type_oid: c.type_oid,
+                    base_type_oid: base.oid,
+                    type_modifier: c.type_modifier,
+                    base_type_modifier: if c.type_modifier == -1 {
+                        base.type_modifier
+                    } else {
+                        c.type_modifier
+                    },
+                    is_key: c.flags & FLAG_IDENTITY != 0,
+                }
+            })
+            .collect();
+        Self::from_catalog(
+            msg.oid,
+            msg.namespace,
+            msg.name,
+            msg.replica_identity,
+            columns,
+        )
+    }
+
+    /// A relation described by the catalog rather than by a Relation message (the initial
+    /// snapshot: `pg_class`, `pg_attribute` restricted to the published columns in attnum
+    /// order, `relreplident`). Named exactly as [`Relation::from_message`] names it, so
+    /// snapshot rows and streamed changes land in the same `schema.table`. The caller
+    /// resolves each column's base type and modifier as [`Relation::from_message`] does
+    /// with the same catalog, and `is_key` (replica identity membership) as pgoutput would.
+    pub fn from_catalog(
+        oid: u32,
+        namespace: &str,
+        name: &str,
+        replica_identity: u8,
+        columns: Vec<Column>,
+    ) -> Self {
+        // pgoutput sends an empty namespace for pg_catalog; both constructors agree.
+        let namespace = if namespace.is_empty() {
             "pg_catalog"
         } else {
-            msg.namespace
+            namespace
         };
         Self {
-            oid: msg.oid,
+            oid,
             namespace: namespace.to_owned(),
-            name: msg.name.to_owned(),
-            qualified_name: format!("{namespace}.{}", msg.name),
-            replica_identity: msg.replica_identity,
-            columns: msg
-                .columns
-                .iter()
-                .map(|c| {
-                    let base = catalog
-                        .get(&c.type_oid)
-                        .copied()
-                        .unwrap_or_else(|| BaseType {
-                            oid: types
-                                .get(&c.type_oid)
-                                .and_then(|t| base_type_oid(t))
-                                .unwrap_or(c.type_oid),
-                            type_modifier: -1,
-                        });
-                    Column {
-                        name: c.name.to_owned(),
-                        type_oid: c.type_oid,
-                        base_type_oid: base.oid,
-                        type_modifier: c.type_modifier,
-                        base_type_modifier: if c.type_modifier == -1 {
-                            base.type_modifier
-                        } else {
-                            c.type_modifier
-                        },
-                        is_key: c.flags & FLAG_IDENTITY != 0,
-                    }
-                })
-                .collect(),
+            name: name.to_owned(),
+            qualified_name: format!("{namespace}.{name}"),
+            replica_identity,
+            columns,
         }
     }
 }

@@ -10,10 +10,13 @@
 //! a type change) starts a new *segment* with the new schema; [`ArrowSink::take`] returns
 //! every segment in the order they were started, so nothing is dropped and every batch has
 //! one schema.
+//!
+//! [`ChangeTable`] is public for rows that do not come from the stream: the initial
+//! snapshot ([`crate::snapshot`]) appends its `read` rows to one directly.
 
 pub mod column;
 mod sink;
 mod table;
 
 pub use sink::{ArrowSink, Segment};
-pub use table::change_table_schema;
+pub use table::{change_table_schema, ChangeKind, ChangeTable, ColumnError, RowMeta};

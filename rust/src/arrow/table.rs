@@ -20,6 +20,8 @@ const PG_EPOCH_OFFSET_MICROS: i64 = 946_684_800_000_000;
 /// What kind of change a row records (`_change_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChangeKind {
+    /// A row of the initial snapshot (COPY), not a change from the stream.
+    Read,
     Insert,
     Update,
     Delete,
@@ -27,8 +29,10 @@ pub enum ChangeKind {
 }
 
 impl ChangeKind {
-    fn name(self) -> &'static str {
+    /// The `_change_type` value.
+    pub fn name(self) -> &'static str {
         match self {
+            Self::Read => "read",
             Self::Insert => "insert",
             Self::Update => "update",
             Self::Delete => "delete",
@@ -169,8 +173,14 @@ impl ChangeTable {
         }
     }
 
+    /// Rows appended since the last `finish`, including rows `finish` will leave out.
     pub fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// The schema of every batch `finish` returns.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
     }
 
     /// Appends one change. `new` holds the data columns (a remaining `UnchangedToast`

@@ -27,6 +27,7 @@ use crate::arrow::Segment;
 use crate::error::DecodeError;
 use crate::pg::{ConnParams, Connection, PgError};
 use crate::relation::Relation;
+use crate::snapshot::copy::SnapshotError as CopyError;
 use crate::snapshot::{CopyBinaryDecoder, SnapshotMeta};
 
 /// One COPY statement and the relation its rows belong to.
@@ -55,8 +56,31 @@ pub enum SnapshotError {
     Decode(#[from] DecodeError),
     #[error("building Arrow tables failed: {0}")]
     Arrow(#[from] ArrowError),
+    /// Rows whose values the change tables cannot hold (the first, and how many).
+    #[error("{first} ({count} row(s) rejected)")]
+    Values { first: DecodeError, count: usize },
     #[error("a snapshot worker stopped unexpectedly")]
     WorkerLost,
+}
+
+impl From<CopyError> for SnapshotError {
+    fn from(e: CopyError) -> Self {
+        match e {
+            CopyError::Decode(e) => Self::Decode(e),
+            CopyError::Rejected(mut errors) => {
+                let count = errors.len();
+                if errors.is_empty() {
+                    Self::WorkerLost
+                } else {
+                    Self::Values {
+                        first: errors.swap_remove(0),
+                        count,
+                    }
+                }
+            }
+            CopyError::Arrow(e) => Self::Arrow(e),
+        }
+    }
 }
 
 /// What [`SnapshotReader::next`] saw.
@@ -138,7 +162,7 @@ impl Worker {
             let mut failure: Option<SnapshotError> = None;
             let (tx, cancel, batch_rows) = (&self.tx, &self.cancel, self.batch_rows);
             let copied = self.conn.copy_out(&task.sql, &mut |chunk| {
-                let step = || -> Result<(), SnapshotError> {
+                let mut step = || -> Result<(), SnapshotError> {
                     decoder.feed(chunk)?;
                     if decoder.rows() >= batch_rows {
                         let batch = decoder.take_batch()?;
@@ -148,7 +172,7 @@ impl Worker {
                 };
                 step().map_err(|e| {
                     failure = Some(e);
-                    PgError::aborted("snapshot copy stopped")
+                    PgError::Protocol("snapshot copy stopped".to_owned())
                 })
             });
             if let Some(e) = failure {

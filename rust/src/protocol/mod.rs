@@ -464,7 +464,8 @@ fn parse_body<'a>(
             xid: cur.u32("xid")?,
             gid: cur.cstr("gid")?,
         }),
-        MessageKind::Unknown => {
+        // Never announced by a pgoutput tag byte.
+        MessageKind::Unknown | MessageKind::CopyData => {
             return Err(cur.error_at(0, Reason::BadValue { field: "tag" }));
         }
     })

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::sync::MutexExt;
 
 use crate::arrow::Segment;
 use crate::live::session::LiveError;
@@ -40,6 +41,9 @@ fn snapshot_error(py: Python<'_>, e: &SnapshotError) -> PyErr {
     match e {
         SnapshotError::Pg(e) => pg_error(py, e),
         SnapshotError::Decode(e) => decode_error(py, e, None),
+        SnapshotError::Values { first, .. } => {
+            rejected_rows_error(py, std::slice::from_ref(first))
+        }
         other => pgwire_error(py, "Error", &other.to_string()),
     }
 }
@@ -51,9 +55,10 @@ fn segments_out(segments: Vec<Segment>) -> SegmentsOut {
         .collect()
 }
 
-fn locked<'a, T: Send>(py: Python<'_>, m: &'a Mutex<T>) -> PyResult<MutexGuard<'a, T>> {
-    // Waiting for the lock without the GIL: the holder may need the GIL to finish.
-    py.detach(|| m.lock())
+fn locked<'a, T>(py: Python<'_>, m: &'a Mutex<T>) -> PyResult<MutexGuard<'a, T>> {
+    // Waits for the lock without blocking other Python threads (the holder may need the
+    // GIL to finish).
+    m.lock_py_attached(py)
         .map_err(|_| pgwire_error(py, "Error", "connection state is poisoned"))
 }
 
@@ -335,7 +340,8 @@ impl PyLiveStream {
             until_lsn,
             idle_timeout: idle_timeout_ms.map(Duration::from_millis),
         };
-        let mut session = locked(py, &self.session)?;
+        let mut guard = locked(py, &self.session)?;
+        let session: &mut LiveSession = &mut guard;
         let polled = py
             .detach(|| session.poll(&limits, Duration::from_millis(slice_ms)))
             .map_err(|e| live_error(py, &e))?;
@@ -348,7 +354,8 @@ impl PyLiveStream {
 
     /// The consumer made everything up to `lsn` durable.
     fn ack(&self, py: Python<'_>, lsn: u64) -> PyResult<()> {
-        let mut session = locked(py, &self.session)?;
+        let mut guard = locked(py, &self.session)?;
+        let session: &mut LiveSession = &mut guard;
         py.detach(|| session.ack(lsn))
             .map_err(|e| live_error(py, &e))
     }
@@ -365,7 +372,8 @@ impl PyLiveStream {
 
     /// Reports the acked position and ends the stream.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let mut session = locked(py, &self.session)?;
+        let mut guard = locked(py, &self.session)?;
+        let session: &mut LiveSession = &mut guard;
         py.detach(|| session.close())
             .map_err(|e| live_error(py, &e))
     }

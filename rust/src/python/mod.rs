@@ -7,6 +7,7 @@ mod errors;
 mod event;
 mod live;
 mod pg;
+mod snapshot;
 
 use pyo3::prelude::*;
 
@@ -25,6 +26,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<decoder::PyDecoder>()?;
     m.add_class::<event::PyEvent>()?;
     m.add_class::<arrow::PyArrowStream>()?;
+    m.add_class::<snapshot::PyCopyDecoder>()?;
     m.add_class::<event::UnchangedToast>()?;
     m.add_class::<live::PyReplicationConnection>()?;
     m.add_class::<live::PySnapshotReader>()?;
