@@ -397,7 +397,7 @@ def _uncovered(conn: Connection, pub: _Publication, relations: list[_Relation]) 
             "SELECT t.oid FROM unnest(%(oids)s::oid[]) WITH ORDINALITY AS t(oid, ord)"
             " WHERE NOT EXISTS ("
             "   SELECT 1 FROM (SELECT t.oid AS relid"
-            "                  UNION SELECT relid FROM pg_partition_ancestors(t.oid)) a"
+            "                  UNION SELECT relid::oid FROM pg_partition_ancestors(t.oid)) a"
             "   JOIN pg_class ac ON ac.oid = a.relid"
             "   WHERE EXISTS (SELECT 1 FROM pg_publication_rel pr"
             "                 WHERE pr.prpubid = %(pub)s AND pr.prrelid = a.relid){}"
@@ -615,7 +615,7 @@ def check_replica_identity(conn: Connection, publication: str) -> list[ReplicaId
             " JOIN pg_namespace n ON n.nspname = pt.schemaname"
             " JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
             " CROSS JOIN LATERAL (SELECT c.oid WHERE c.relkind <> 'p'"
-            "   UNION SELECT relid FROM pg_partition_tree(c.oid)"
+            "   UNION SELECT relid::oid FROM pg_partition_tree(c.oid)"
             "   WHERE isleaf AND c.relkind = 'p') l(oid)"
             " WHERE pt.pubname = %s ORDER BY l.oid",
             (publication,),
@@ -652,7 +652,7 @@ def check_replica_identity(conn: Connection, publication: str) -> list[ReplicaId
                 )
             problems.append(
                 f"{table_q} {state}, so PostgreSQL rejects {actions} on it while publication"
-                f" {pub_q} publishes them; fix: {fix}"
+                f" {pub_q} publishes {actions}; fix: {fix}"
             )
             continue
         if has_lists:
@@ -681,7 +681,8 @@ def _list_filter_problems(
         rows = _rows(
             conn,
             sql.SQL(
-                "SELECT a.relid FROM pg_partition_ancestors(%(rel)s) WITH ORDINALITY AS a(relid, o)"
+                "SELECT a.relid::oid FROM pg_partition_ancestors(%(rel)s)"
+                " WITH ORDINALITY AS a(relid, o)"
                 " JOIN pg_class ac ON ac.oid = a.relid WHERE a.relid <> %(rel)s AND ("
                 "  EXISTS (SELECT 1 FROM pg_publication_rel pr"
                 "          WHERE pr.prpubid = %(pub)s AND pr.prrelid = a.relid)"
@@ -918,12 +919,13 @@ def _privilege_error(exc: pg_errors.InsufficientPrivilege, action: str) -> Confi
 
 
 def drop_slot(conn: Connection, name: str) -> None:
-    """Drop a replication slot. :class:`SlotError` when it does not exist or is in use
-    (the message says which process holds it and how to stop it)."""
+    """Drop a replication slot. :class:`SlotError` when it does not exist or another
+    process is using it (the message says which and how to stop it). A temporary slot
+    held by ``conn``'s own session can be dropped."""
     info = get_slot(conn, name)
     if info is None:
         raise _missing_slot(name)
-    if info.active:
+    if info.active and info.active_pid != conn.info.backend_pid:
         raise _in_use(name, info.active_pid)
     try:
         _rows(conn, "SELECT pg_drop_replication_slot(%s)", (name,))
