@@ -32,7 +32,9 @@ name: the first schema of the session's ``search_path`` (``current_schemas(false
 holds a relation of that name.
 
 Every identifier reaches SQL through :class:`psycopg.sql.Identifier`; values are query
-parameters. Error messages name objects and settings, never row values.
+parameters. Error messages name objects and settings, never row values. Pass an autocommit
+connection: on one that is not, the reads and the DDL join its open transaction and take
+effect when the caller commits.
 """
 
 from __future__ import annotations
@@ -344,7 +346,7 @@ class _Publication:
     pubupdate: bool
     pubdelete: bool
     via_root: bool
-    gencols: str  # 'n' none, 's' stored (PostgreSQL 18+; 'n' before, when none are published)
+    gencols: str | None  # 'n' none, 's' stored; None before PostgreSQL 18 (never published)
 
 
 def _publication(conn: Connection, name: str) -> _Publication | None:
@@ -354,7 +356,7 @@ def _publication(conn: Connection, name: str) -> _Publication | None:
         sql.SQL(
             "SELECT oid, pubname, puballtables, pubupdate, pubdelete, pubviaroot, {}"
             " FROM pg_publication WHERE pubname = %s"
-        ).format(sql.SQL("pubgencols::text") if gencols else sql.SQL("'n'")),
+        ).format(sql.SQL("pubgencols::text") if gencols else sql.SQL("NULL")),
         (name,),
     )
     return _Publication(*rows[0]) if rows else None
@@ -754,7 +756,7 @@ def _list_filter_problems(
                 f" {actions} on it; fix: ALTER TABLE {table_q} REPLICA IDENTITY FULL, or filter"
                 " on identity columns only"
             )
-    if "pubgencols" in _columns_of(conn, "pg_catalog.pg_publication"):
+    if pub.gencols is not None:
         identity_columns = [c for c, _ in columns] if full else ri.key_columns
         if column_list is not None:
             identity_columns = []  # covered by the column-list rule above
