@@ -53,6 +53,7 @@ from .errors import ConfigError, SlotError
 from .lsn import lsn_to_int
 
 __all__ = [
+    "Relation",
     "ReplicaIdentity",
     "ServerInfo",
     "SlotInfo",
@@ -249,7 +250,9 @@ def parse_table_name(spec: TableSpec) -> tuple[str | None, str]:
 
 
 @dataclass(frozen=True)
-class _Relation:
+class Relation:
+    """A table a spec resolved to (:func:`resolve_tables`)."""
+
     oid: int
     schema: str
     name: str
@@ -274,7 +277,7 @@ _RELKIND_NAMES = {
 }
 
 
-def _lookup(conn: Connection, specs: Sequence[TableSpec]) -> list[_Relation | None]:
+def _lookup(conn: Connection, specs: Sequence[TableSpec]) -> list[Relation | None]:
     """Each spec's relation (any kind), or None when there is none."""
     names = [parse_table_name(spec) for spec in specs]
     if not names:
@@ -293,7 +296,7 @@ def _lookup(conn: Connection, specs: Sequence[TableSpec]) -> list[_Relation | No
         ([schema for schema, _ in names], [name for _, name in names]),
     )
     return [
-        None if oid is None else _Relation(oid, nsp, rel, kind) for _, oid, nsp, rel, kind in rows
+        None if oid is None else Relation(oid, nsp, rel, kind) for _, oid, nsp, rel, kind in rows
     ]
 
 
@@ -302,7 +305,7 @@ def _describe_spec(conn: Connection | None, spec: TableSpec) -> str:
     return _ident(conn, name) if schema is None else _ident(conn, schema, name)
 
 
-def resolve_tables(conn: Connection, tables: Iterable[TableSpec]) -> list[_Relation]:
+def resolve_tables(conn: Connection, tables: Iterable[TableSpec]) -> list[Relation]:
     """The tables (plain or partitioned) the specs name, in order, without duplicates.
 
     Raises :class:`ConfigError` naming every spec that matches no relation, or a relation
@@ -329,7 +332,7 @@ def resolve_tables(conn: Connection, tables: Iterable[TableSpec]) -> list[_Relat
         raise ConfigError(
             "only tables and partitioned tables can be published; not tables: " + ", ".join(wrong)
         )
-    unique: dict[int, _Relation] = {}
+    unique: dict[int, Relation] = {}
     for rel in relations:
         unique.setdefault(rel.oid, rel)
     return list(unique.values())
@@ -380,7 +383,7 @@ def publication_tables(conn: Connection, publication: str) -> list[str]:
     ]
 
 
-def _uncovered(conn: Connection, pub: _Publication, relations: list[_Relation]) -> list[_Relation]:
+def _uncovered(conn: Connection, pub: _Publication, relations: list[Relation]) -> list[Relation]:
     """The relations whose changes the publication does not publish yet: not listed
     themselves, no ancestor listed, and (PostgreSQL 15+) not in a published schema."""
     if pub.all_tables or not relations:
