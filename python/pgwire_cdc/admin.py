@@ -1,0 +1,1024 @@
+"""Setting up and inspecting a PostgreSQL server for logical replication (psycopg 3).
+
+What PostgreSQL needs before a client can stream changes with ``pgoutput``:
+
+- **wal_level = logical.** Only then does the WAL carry what logical decoding needs. It is
+  a server start setting: ``postgresql.conf`` (or ``ALTER SYSTEM``) and a restart.
+- **A replication slot.** A logical slot remembers how far its consumer has confirmed
+  (``confirmed_flush_lsn``) and keeps the WAL from there (``restart_lsn``) and the catalog
+  rows decoding needs. There are at most ``max_replication_slots`` slots (physical and
+  logical together). A slot belongs to one database and one output plugin.
+- **A WAL sender.** Every replication connection occupies one of ``max_wal_senders``.
+- **A role with REPLICATION** (or a superuser) to open a replication connection.
+- **A publication**: the set of tables (and of actions: insert, update, delete, truncate)
+  whose changes ``pgoutput`` sends. ``FOR TABLE`` lists tables (PostgreSQL 15+: each with
+  an optional column list and ``WHERE`` row filter), ``FOR ALL TABLES`` and ``FOR TABLES IN
+  SCHEMA`` cover whole databases or schemas. With ``publish_via_partition_root`` the
+  changes of partitions are reported as changes of their partitioned root.
+- **A replica identity on every table whose updates and deletes are published.** It
+  decides which old values an UPDATE or DELETE carries: ``DEFAULT`` the primary key,
+  ``USING INDEX`` the columns of a unique index, ``FULL`` the whole old row, ``NOTHING``
+  none. Without one (``NOTHING``, or ``DEFAULT`` on a table without a primary key)
+  PostgreSQL *rejects* the UPDATE or DELETE on the source table while a publication
+  publishes that action; the same happens when a publication's column list or row filter
+  uses columns outside the identity.
+
+Table names. A table is given as ``"schema.table"``, as a ``(schema, table)`` tuple, or as a
+bare ``"table"``. Names are exact, the way pgoutput and the change tables spell them: an
+unquoted part is *not* folded to lower case (``"public.Orders"`` is the table ``Orders``).
+A part may be double-quoted to hold dots or quotes (``'"my.schema"."a""b"'``; ``""`` is a
+quote inside quotes). A bare ``"table"`` is looked up like PostgreSQL looks up a quoted
+name: the first schema of the session's ``search_path`` (``current_schemas(false)``) that
+holds a relation of that name.
+
+Every identifier reaches SQL through :class:`psycopg.sql.Identifier`; values are query
+parameters. Error messages name objects and settings, never row values. Pass an autocommit
+connection: on one that is not, the reads and the DDL join its open transaction and take
+effect when the caller commits.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg.rows import tuple_row
+
+from .errors import ConfigError, SlotError
+from .lsn import lsn_to_int
+
+__all__ = [
+    "Relation",
+    "ReplicaIdentity",
+    "ServerInfo",
+    "SlotInfo",
+    "TableSpec",
+    "check_replica_identity",
+    "check_server",
+    "check_slot_usable",
+    "copy_slot",
+    "drop_slot",
+    "ensure_publication",
+    "get_slot",
+    "list_slots",
+    "parse_table_name",
+    "publication_tables",
+    "replica_identities",
+    "resolve_tables",
+]
+
+#: A table: ``"schema.table"``, ``"table"`` or ``(schema, table)`` (see the module docs).
+TableSpec = str | tuple[str, str]
+
+Connection = psycopg.Connection[Any]
+
+
+def _rows(conn: Connection, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
+    """Run a query and return its rows as tuples, whatever the connection's row factory."""
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query, params)
+        return cur.fetchall() if cur.description is not None else []
+
+
+def _ident(conn: Connection | None, *parts: str) -> str:
+    """``"schema"."table"`` as PostgreSQL would quote it (for messages and advice)."""
+    return sql.Identifier(*parts).as_string(conn)
+
+
+def _columns_of(conn: Connection, relation: str) -> set[str]:
+    """The column names of a system view or catalog (they differ between versions)."""
+    return {
+        name
+        for (name,) in _rows(
+            conn,
+            "SELECT attname FROM pg_attribute"
+            " WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
+            (relation,),
+        )
+    }
+
+
+# -- server ---------------------------------------------------------------------------------
+
+
+@dataclass
+class ServerInfo:
+    """What :func:`check_server` read from the server."""
+
+    version_num: int  # server_version_num, e.g. 150018
+    version: str  # server_version, e.g. "15.18 (Debian 15.18-0+deb12u1)"
+    wal_level: str
+    max_replication_slots: int
+    slots_used: int  # rows of pg_replication_slots (physical and logical)
+    max_wal_senders: int
+    senders_used: int  # WAL sender processes running (pg_stat_replication)
+    user: str  # session_user: the role a replication connection would log in as
+    database: str
+    is_superuser: bool
+    has_replication: bool  # the role's REPLICATION attribute
+    in_recovery: bool  # a standby
+
+    @property
+    def free_slots(self) -> int:
+        return max(self.max_replication_slots - self.slots_used, 0)
+
+    @property
+    def free_senders(self) -> int:
+        return max(self.max_wal_senders - self.senders_used, 0)
+
+
+def check_server(
+    conn: Connection, *, new_slot: bool = True, need_wal_sender: bool = True
+) -> ServerInfo:
+    """Read the server's logical-replication readiness; raise :class:`ConfigError` if it
+    cannot stream.
+
+    Problems reported (all at once, one per line, each with the change that fixes it):
+    ``wal_level`` is not ``logical``; no free replication slot (only when ``new_slot``: a
+    slot has to be created); no free WAL sender (when ``need_wal_sender``); the login role
+    has neither REPLICATION nor SUPERUSER.
+    """
+    row = _rows(
+        conn,
+        "SELECT current_setting('server_version_num')::int,"
+        " current_setting('server_version'),"
+        " current_setting('wal_level'),"
+        " current_setting('max_replication_slots')::int,"
+        " (SELECT count(*) FROM pg_replication_slots)::int,"
+        " current_setting('max_wal_senders')::int,"
+        " (SELECT count(*) FROM pg_stat_replication)::int,"
+        " r.rolname, current_database(), r.rolsuper, r.rolreplication, pg_is_in_recovery()"
+        " FROM pg_roles r WHERE r.rolname = session_user",
+    )[0]
+    info = ServerInfo(*row)
+    problems: list[str] = []
+    if info.wal_level != "logical":
+        problems.append(
+            f"wal_level is '{info.wal_level}'; set wal_level = logical in postgresql.conf"
+            " (or run ALTER SYSTEM SET wal_level = logical) and restart the server"
+        )
+    if new_slot and info.slots_used >= info.max_replication_slots:
+        problems.append(
+            f"no free replication slot: {info.slots_used} of max_replication_slots ="
+            f" {info.max_replication_slots} are in use; drop a slot that is no longer"
+            " needed (pg_replication_slots lists them; SELECT pg_drop_replication_slot('name'))"
+            " or raise max_replication_slots in postgresql.conf and restart the server"
+        )
+    if need_wal_sender and info.senders_used >= info.max_wal_senders:
+        problems.append(
+            f"no free WAL sender: {info.senders_used} of max_wal_senders ="
+            f" {info.max_wal_senders} are in use; stop another replication client"
+            " (pg_stat_replication lists them) or raise max_wal_senders in postgresql.conf"
+            " and restart the server"
+        )
+    if not (info.is_superuser or info.has_replication):
+        role = _ident(conn, info.user)
+        problems.append(
+            f"role {role} has neither the REPLICATION attribute nor superuser, so it cannot"
+            f" open a replication connection; as a superuser run ALTER ROLE {role} REPLICATION"
+        )
+    if problems:
+        raise ConfigError(
+            "PostgreSQL is not ready for logical replication:\n- " + "\n- ".join(problems)
+        )
+    return info
+
+
+# -- table names ----------------------------------------------------------------------------
+
+
+def parse_table_name(spec: TableSpec) -> tuple[str | None, str]:
+    """``(schema or None, table)`` from a table spec (rules in the module docs).
+
+    >>> parse_table_name('"my.schema"."a""b"')
+    ('my.schema', 'a"b')
+    >>> parse_table_name("Orders")
+    (None, 'Orders')
+    """
+    if isinstance(spec, tuple):
+        if len(spec) != 2 or not all(isinstance(p, str) and p for p in spec):
+            raise ValueError(f"a table tuple is (schema, table), two non-empty strings: {spec!r}")
+        return spec[0], spec[1]
+    if not isinstance(spec, str):
+        raise TypeError(f'a table is "schema.table" or (schema, table), not {type(spec).__name__}')
+    parts: list[str] = []
+    i, n = 0, len(spec)
+    while True:
+        if i < n and spec[i] == '"':
+            pieces: list[str] = []
+            j = i + 1
+            while True:
+                k = spec.find('"', j)
+                if k < 0:
+                    raise ValueError(f"unterminated quoted name in table {spec!r}")
+                pieces.append(spec[j:k])
+                if spec.startswith('""', k):
+                    pieces.append('"')
+                    j = k + 2
+                    continue
+                i = k + 1
+                break
+            part = "".join(pieces)
+        else:
+            dot = spec.find(".", i)
+            end = n if dot < 0 else dot
+            part = spec[i:end]
+            if '"' in part:
+                raise ValueError(f"stray quote in table {spec!r} (quote a whole part)")
+            i = end
+        if not part:
+            raise ValueError(f"empty name in table {spec!r}")
+        parts.append(part)
+        if i == n:
+            break
+        if spec[i] != ".":
+            raise ValueError(f"unexpected {spec[i]!r} after a quoted name in table {spec!r}")
+        i += 1
+    if len(parts) == 1:
+        return None, parts[0]
+    if len(parts) == 2:
+        return parts[0], parts[1]
+    raise ValueError(
+        f"table {spec!r} has {len(parts)} dot-separated parts; a name containing a dot must"
+        ' be double-quoted ("my.schema".table) or given as a (schema, table) tuple'
+    )
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A table a spec resolved to (:func:`resolve_tables`)."""
+
+    oid: int
+    schema: str
+    name: str
+    relkind: str
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+
+_RELKIND_NAMES = {
+    "r": "table",
+    "p": "partitioned table",
+    "v": "view",
+    "m": "materialized view",
+    "f": "foreign table",
+    "S": "sequence",
+    "i": "index",
+    "I": "partitioned index",
+    "c": "composite type",
+    "t": "TOAST table",
+}
+
+
+def _lookup(conn: Connection, specs: Sequence[TableSpec]) -> list[Relation | None]:
+    """Each spec's relation (any kind), or None when there is none."""
+    names = [parse_table_name(spec) for spec in specs]
+    if not names:
+        return []
+    rows = _rows(
+        conn,
+        "SELECT s.ord, r.oid, r.nspname, r.relname, r.relkind"
+        " FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS s(nsp, rel, ord)"
+        " LEFT JOIN LATERAL ("
+        "   SELECT c.oid, n.nspname, c.relname, c.relkind"
+        "   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        "   WHERE c.relname = s.rel AND CASE WHEN s.nsp IS NULL"
+        "     THEN n.nspname = ANY (current_schemas(false)) ELSE n.nspname = s.nsp END"
+        "   ORDER BY array_position(current_schemas(false), n.nspname::text) LIMIT 1"
+        " ) r ON true ORDER BY s.ord",
+        ([schema for schema, _ in names], [name for _, name in names]),
+    )
+    return [
+        None if oid is None else Relation(oid, nsp, rel, kind) for _, oid, nsp, rel, kind in rows
+    ]
+
+
+def _describe_spec(conn: Connection | None, spec: TableSpec) -> str:
+    schema, name = parse_table_name(spec)
+    return _ident(conn, name) if schema is None else _ident(conn, schema, name)
+
+
+def resolve_tables(conn: Connection, tables: Iterable[TableSpec]) -> list[Relation]:
+    """The tables (plain or partitioned) the specs name, in order, without duplicates.
+
+    Raises :class:`ConfigError` naming every spec that matches no relation, or a relation
+    that is not a table (a view, a sequence, ...).
+    """
+    specs = list(tables)
+    found = _lookup(conn, specs)
+    missing = [_describe_spec(conn, s) for s, rel in zip(specs, found, strict=True) if rel is None]
+    if missing:
+        raise ConfigError(
+            "tables not found: "
+            + ", ".join(missing)
+            + '; name existing tables as "schema.table" (names are exact: an unquoted part'
+            " is not folded to lower case; double-quote a part holding a dot) or as"
+            " (schema, table) tuples; a bare name is looked up in the search_path"
+        )
+    relations = [rel for rel in found if rel is not None]
+    wrong = [
+        f"{_ident(conn, r.schema, r.name)} ({_RELKIND_NAMES.get(r.relkind, r.relkind)})"
+        for r in relations
+        if r.relkind not in ("r", "p")
+    ]
+    if wrong:
+        raise ConfigError(
+            "only tables and partitioned tables can be published; not tables: " + ", ".join(wrong)
+        )
+    unique: dict[int, Relation] = {}
+    for rel in relations:
+        unique.setdefault(rel.oid, rel)
+    return list(unique.values())
+
+
+# -- publications ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Publication:
+    oid: int
+    name: str
+    all_tables: bool
+    pubupdate: bool
+    pubdelete: bool
+    via_root: bool
+    gencols: str | None  # 'n' none, 's' stored; None before PostgreSQL 18 (never published)
+
+
+def _publication(conn: Connection, name: str) -> _Publication | None:
+    gencols = "pubgencols" in _columns_of(conn, "pg_catalog.pg_publication")
+    rows = _rows(
+        conn,
+        sql.SQL(
+            "SELECT oid, pubname, puballtables, pubupdate, pubdelete, pubviaroot, {}"
+            " FROM pg_publication WHERE pubname = %s"
+        ).format(sql.SQL("pubgencols::text") if gencols else sql.SQL("NULL")),
+        (name,),
+    )
+    return _Publication(*rows[0]) if rows else None
+
+
+def publication_tables(conn: Connection, publication: str) -> list[str]:
+    """The tables a publication publishes, as ``"schema.table"`` exactly as pgoutput names
+    them in its Relation messages (``pg_publication_tables``: expands ``FOR ALL TABLES`` and
+    ``FOR TABLES IN SCHEMA``; with ``publish_via_partition_root`` a partitioned table appears
+    itself, without it its leaf partitions do). Sorted. ConfigError if it does not exist."""
+    if _publication(conn, publication) is None:
+        raise ConfigError(f"publication {_ident(conn, publication)} does not exist")
+    return [
+        f"{schema}.{table}"
+        for schema, table in _rows(
+            conn,
+            "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s"
+            " ORDER BY schemaname, tablename",
+            (publication,),
+        )
+    ]
+
+
+def _uncovered(conn: Connection, pub: _Publication, relations: list[Relation]) -> list[Relation]:
+    """The relations whose changes the publication does not publish yet: not listed
+    themselves, no ancestor listed, and (PostgreSQL 15+) not in a published schema."""
+    if pub.all_tables or not relations:
+        return []
+    schema_clause = (
+        sql.SQL(
+            " OR EXISTS (SELECT 1 FROM pg_publication_namespace pn"
+            " WHERE pn.pnpubid = %(pub)s AND pn.pnnspid = ac.relnamespace)"
+        )
+        if conn.info.server_version >= 150000
+        else sql.SQL("")
+    )
+    rows = _rows(
+        conn,
+        sql.SQL(
+            "SELECT t.oid FROM unnest(%(oids)s::oid[]) WITH ORDINALITY AS t(oid, ord)"
+            " WHERE NOT EXISTS ("
+            "   SELECT 1 FROM (SELECT t.oid AS relid"
+            "                  UNION SELECT relid::oid FROM pg_partition_ancestors(t.oid)) a"
+            "   JOIN pg_class ac ON ac.oid = a.relid"
+            "   WHERE EXISTS (SELECT 1 FROM pg_publication_rel pr"
+            "                 WHERE pr.prpubid = %(pub)s AND pr.prrelid = a.relid){}"
+            " ) ORDER BY t.ord"
+        ).format(schema_clause),
+        {"oids": [r.oid for r in relations], "pub": pub.oid},
+    )
+    wanted = {oid for (oid,) in rows}
+    return [r for r in relations if r.oid in wanted]
+
+
+def _run_ddl(conn: Connection, statement: sql.Composed, action: str, advice: str) -> None:
+    try:
+        with conn.transaction():
+            conn.execute(statement)
+    except pg_errors.InsufficientPrivilege as exc:
+        raise ConfigError(
+            f"permission denied to {action}: {exc.diag.message_primary}. {advice};"
+            f" or have an owner or a superuser run: {statement.as_string(conn)}"
+        ) from exc
+    except psycopg.DatabaseError as exc:
+        detail = f" ({exc.diag.message_detail})" if exc.diag.message_detail else ""
+        raise ConfigError(
+            f"could not {action}: {exc.diag.message_primary}{detail};"
+            f" statement: {statement.as_string(conn)}"
+        ) from exc
+
+
+def ensure_publication(
+    conn: Connection, publication: str, tables: Iterable[TableSpec] | None = None
+) -> list[str]:
+    """Make sure ``publication`` exists and publishes ``tables``; return its tables.
+
+    - missing publication, tables given: ``CREATE PUBLICATION "p" FOR TABLE ...``;
+    - existing publication, tables given: ``ALTER PUBLICATION "p" ADD TABLE ...`` for the
+      tables it does not publish yet (a table counts as published when it is listed, when a
+      partitioned ancestor of it is listed, when its schema is published, or when the
+      publication is ``FOR ALL TABLES``). Nothing is ever removed from a publication;
+    - missing publication, no tables: :class:`ConfigError` (pass tables or create it);
+    - a table that does not exist, or is not a table: :class:`ConfigError` naming them
+      (before anything is changed);
+    - missing privileges (CREATE on the database, ownership of the tables or the
+      publication): :class:`ConfigError` with the statement to have an owner run.
+
+    The DDL runs in its own transaction (``conn.transaction()``). Returns
+    :func:`publication_tables` after the change.
+    """
+    table_list = list(tables) if tables is not None else None
+    relations = resolve_tables(conn, table_list) if table_list else []
+    pub = _publication(conn, publication)
+    pub_ident = sql.Identifier(publication)
+    targets = sql.SQL(", ").join(sql.Identifier(r.schema, r.name) for r in relations)
+    if pub is None:
+        if not relations:
+            raise ConfigError(
+                f"publication {_ident(conn, publication)} does not exist; pass tables=[...]"
+                " to create it for those tables, or create it yourself (CREATE PUBLICATION"
+                f" {_ident(conn, publication)} FOR TABLE schema.table, ...)"
+            )
+        role = _ident(conn, _rows(conn, "SELECT current_user")[0][0])
+        database = _ident(conn, _rows(conn, "SELECT current_database()")[0][0])
+        _run_ddl(
+            conn,
+            sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(pub_ident, targets),
+            f"create publication {_ident(conn, publication)}",
+            "creating a publication needs the CREATE privilege on the database"
+            f" (GRANT CREATE ON DATABASE {database} TO {role}) and ownership of every"
+            " table it lists",
+        )
+    else:
+        todo = _uncovered(conn, pub, relations)
+        if todo:
+            _run_ddl(
+                conn,
+                sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+                    pub_ident,
+                    sql.SQL(", ").join(sql.Identifier(r.schema, r.name) for r in todo),
+                ),
+                f"add tables to publication {_ident(conn, publication)}",
+                "adding tables to a publication needs ownership of the publication and of"
+                " every table added",
+            )
+    return publication_tables(conn, publication)
+
+
+# -- replica identity -----------------------------------------------------------------------
+
+_IDENTITY_NAMES = {"d": "default", "i": "index", "f": "full", "n": "nothing"}
+
+
+@dataclass
+class ReplicaIdentity:
+    """A table's replica identity and what it means for its UPDATE and DELETE events."""
+
+    table: str  # "schema.table"
+    schema: str
+    name: str
+    oid: int
+    identity: str  # 'default' | 'index' | 'full' | 'nothing'
+    key_columns: list[str]  # the old-image columns, in column order ('full': every column)
+    has_primary_key: bool
+    index_name: str | None  # the primary key ('default') or the identity index ('index')
+    meaning: str  # what an UPDATE or DELETE on the table carries
+
+    @property
+    def supports_update_delete(self) -> bool:
+        """False when PostgreSQL rejects UPDATE/DELETE while a publication publishes them
+        (NOTHING, DEFAULT without a primary key, USING INDEX whose index was dropped)."""
+        return self.identity == "full" or (
+            self.identity in ("default", "index") and bool(self.key_columns)
+        )
+
+
+def _meaning(identity: str, key_columns: list[str], index_name: str | None) -> str:
+    keys = ", ".join(key_columns)
+    if identity == "full":
+        return (
+            "REPLICA IDENTITY FULL: every UPDATE and DELETE carries the full old row (all"
+            " columns), so before-images are complete and unchanged TOAST values can be filled"
+            " in from them"
+        )
+    if identity in ("default", "index") and key_columns:
+        what = "primary key" if identity == "default" else f"replica identity index {index_name}"
+        return (
+            f"old image = the {what} ({keys}): a DELETE carries the old key values; an UPDATE"
+            " carries them only when it changes a key column (otherwise no old image at all);"
+            " other old values are never sent"
+        )
+    if identity == "default":
+        why = "REPLICA IDENTITY DEFAULT without a primary key"
+    elif identity == "index":
+        why = "REPLICA IDENTITY USING INDEX whose index no longer exists"
+    else:
+        why = "REPLICA IDENTITY NOTHING"
+    return (
+        f"{why}: no old values are ever sent, and PostgreSQL rejects UPDATE and DELETE on the"
+        " table while a publication publishes them"
+    )
+
+
+def _identities_by_oid(conn: Connection, oids: list[int]) -> list[ReplicaIdentity]:
+    rows = _rows(
+        conn,
+        "SELECT c.oid, n.nspname, c.relname, c.relreplident,"
+        "  EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),"
+        "  k.indexname, ARRAY(SELECT a.attname::text FROM pg_attribute a"
+        "   WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"
+        "   AND (c.relreplident = 'f' OR a.attnum = ANY (k.indkey)) ORDER BY a.attnum)"
+        " FROM unnest(%s::oid[]) WITH ORDINALITY AS u(oid, ord)"
+        " JOIN pg_class c ON c.oid = u.oid JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " LEFT JOIN LATERAL (SELECT ic.relname::text AS indexname, i.indkey::int2[] AS indkey"
+        "   FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid WHERE i.indrelid = c.oid"
+        "   AND ((c.relreplident = 'd' AND i.indisprimary)"
+        "     OR (c.relreplident = 'i' AND i.indisreplident)) LIMIT 1) k ON true"
+        " ORDER BY u.ord",
+        (oids,),
+    )
+    out = []
+    for oid, schema, name, ident, has_pk, index_name, keys in rows:
+        identity = _IDENTITY_NAMES[ident]
+        out.append(
+            ReplicaIdentity(
+                table=f"{schema}.{name}",
+                schema=schema,
+                name=name,
+                oid=oid,
+                identity=identity,
+                key_columns=list(keys),
+                has_primary_key=has_pk,
+                index_name=index_name,
+                meaning=_meaning(identity, list(keys), index_name),
+            )
+        )
+    return out
+
+
+def replica_identities(conn: Connection, tables: Iterable[TableSpec]) -> list[ReplicaIdentity]:
+    """The replica identity of each table (see :class:`ReplicaIdentity`), in order."""
+    return _identities_by_oid(conn, [r.oid for r in resolve_tables(conn, tables)])
+
+
+_VARATTNO = re.compile(r":varattno (\d+)")
+
+
+def check_replica_identity(conn: Connection, publication: str) -> list[ReplicaIdentity]:
+    """Check that PostgreSQL will let UPDATE and DELETE run on the publication's tables,
+    and return their replica identities.
+
+    Checked only when the publication publishes update or delete, on every table whose rows
+    change (for a partitioned table: each leaf partition), the same rules PostgreSQL
+    applies when the statement runs:
+
+    - a replica identity exists (not NOTHING, not DEFAULT without a primary key, not USING
+      INDEX of a dropped index);
+    - a column list of the publication (PostgreSQL 15+) covers the identity columns, and is
+      absent for REPLICA IDENTITY FULL;
+    - a row filter (PostgreSQL 15+) uses identity columns only (any column under FULL);
+    - PostgreSQL 18: generated columns in the identity are published
+      (``publish_generated_columns = stored``, or named in the column list); virtual
+      generated columns never are.
+
+    With ``publish_via_partition_root`` the column list and row filter are the topmost
+    published ancestor's. Raises :class:`ConfigError` listing every offending table with
+    its fix.
+    """
+    pub = _publication(conn, publication)
+    if pub is None:
+        raise ConfigError(f"publication {_ident(conn, publication)} does not exist")
+    pub_q = _ident(conn, publication)
+    leaves = [
+        oid
+        for (oid,) in _rows(
+            conn,
+            "SELECT DISTINCT l.oid FROM pg_publication_tables pt"
+            " JOIN pg_namespace n ON n.nspname = pt.schemaname"
+            " JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename"
+            " CROSS JOIN LATERAL (SELECT c.oid WHERE c.relkind <> 'p'"
+            "   UNION SELECT relid::oid FROM pg_partition_tree(c.oid)"
+            "   WHERE isleaf AND c.relkind = 'p') l(oid)"
+            " WHERE pt.pubname = %s ORDER BY l.oid",
+            (publication,),
+        )
+    ]
+    identities = _identities_by_oid(conn, leaves)
+    if not (pub.pubupdate or pub.pubdelete):
+        return identities
+    actions = " and ".join(
+        a for a, on in (("UPDATE", pub.pubupdate), ("DELETE", pub.pubdelete)) if on
+    )
+    has_lists = conn.info.server_version >= 150000
+    problems: list[str] = []
+    for ri in sorted(identities, key=lambda r: r.table):
+        table_q = _ident(conn, ri.schema, ri.name)
+        if not ri.supports_update_delete:
+            if ri.identity == "nothing":
+                state = "has REPLICA IDENTITY NOTHING"
+                fix = (
+                    f"ALTER TABLE {table_q} REPLICA IDENTITY FULL, or give it a primary key"
+                    f" and ALTER TABLE {table_q} REPLICA IDENTITY DEFAULT"
+                )
+            elif ri.identity == "index":
+                state = "has REPLICA IDENTITY USING INDEX but that index no longer exists"
+                fix = (
+                    f"ALTER TABLE {table_q} REPLICA IDENTITY FULL, or ALTER TABLE {table_q}"
+                    " REPLICA IDENTITY USING INDEX with an existing unique index"
+                )
+            else:
+                state = "has no primary key (REPLICA IDENTITY DEFAULT)"
+                fix = (
+                    f"ALTER TABLE {table_q} ADD PRIMARY KEY (...), or ALTER TABLE {table_q}"
+                    " REPLICA IDENTITY FULL"
+                )
+            problems.append(
+                f"{table_q} {state}, so PostgreSQL rejects {actions} on it while publication"
+                f" {pub_q} publishes {actions}; fix: {fix}"
+            )
+            continue
+        if has_lists:
+            problems += _list_filter_problems(conn, pub, ri, table_q, pub_q, actions)
+    if problems:
+        raise ConfigError(
+            f"updates and deletes of publication {pub_q} cannot be replicated:\n- "
+            + "\n- ".join(problems)
+        )
+    return identities
+
+
+def _list_filter_problems(
+    conn: Connection,
+    pub: _Publication,
+    ri: ReplicaIdentity,
+    table_q: str,
+    pub_q: str,
+    actions: str,
+) -> list[str]:
+    """Column-list, row-filter and generated-column problems of one leaf table (PG15+)."""
+    # The relation whose column list / row filter applies: with publish_via_partition_root
+    # the topmost ancestor in the publication, else the table itself.
+    source = ri.oid
+    if pub.via_root:
+        rows = _rows(
+            conn,
+            sql.SQL(
+                "SELECT a.relid::oid FROM pg_partition_ancestors(%(rel)s)"
+                " WITH ORDINALITY AS a(relid, o)"
+                " JOIN pg_class ac ON ac.oid = a.relid WHERE a.relid <> %(rel)s AND ("
+                "  EXISTS (SELECT 1 FROM pg_publication_rel pr"
+                "          WHERE pr.prpubid = %(pub)s AND pr.prrelid = a.relid)"
+                "  OR EXISTS (SELECT 1 FROM pg_publication_namespace pn"
+                "          WHERE pn.pnpubid = %(pub)s AND pn.pnnspid = ac.relnamespace))"
+                " ORDER BY a.o DESC LIMIT 1"
+            ),
+            {"rel": ri.oid, "pub": pub.oid},
+        )
+        if rows:
+            source = rows[0][0]
+    rel_rows = _rows(
+        conn,
+        "SELECT CASE WHEN pr.prattrs IS NULL THEN NULL ELSE ARRAY("
+        "   SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = pr.prrelid"
+        "   AND a.attnum = ANY (pr.prattrs) ORDER BY a.attnum) END,"
+        " pr.prqual::text FROM pg_publication_rel pr"
+        " WHERE pr.prpubid = %s AND pr.prrelid = %s",
+        (pub.oid, source),
+    )
+    column_list: list[str] | None = None
+    filter_columns: list[str] = []
+    if rel_rows and not pub.all_tables:
+        column_list, qual = rel_rows[0]
+        if qual:
+            attnums = sorted({int(n) for n in _VARATTNO.findall(qual)})
+            filter_columns = [
+                name
+                for (name,) in _rows(
+                    conn,
+                    "SELECT attname::text FROM pg_attribute WHERE attrelid = %s"
+                    " AND attnum = ANY (%s::int2[]) ORDER BY attnum",
+                    (source, attnums),
+                )
+            ]
+    columns = _rows(
+        conn,
+        "SELECT attname::text, attgenerated::text FROM pg_attribute WHERE attrelid = %s"
+        " AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        (ri.oid,),
+    )
+    generated = {name: kind for name, kind in columns if kind}
+    full = ri.identity == "full"
+    problems: list[str] = []
+    where = "" if source == ri.oid else f" (set on {_describe_oid(conn, source)})"
+    if column_list is not None:
+        if full:
+            problems.append(
+                f"{table_q} has REPLICA IDENTITY FULL, which PostgreSQL does not allow together"
+                f" with the column list of publication {pub_q}{where}, so it rejects {actions}"
+                f" on it; fix: drop the column list (ALTER PUBLICATION {pub_q} SET TABLE"
+                f" {table_q}) or give the table a key identity covered by the list"
+            )
+        else:
+            uncovered = [c for c in ri.key_columns if c not in column_list]
+            if uncovered:
+                problems.append(
+                    f"the column list of publication {pub_q} for {table_q}{where} leaves out"
+                    f" replica identity column(s) {', '.join(uncovered)}, so PostgreSQL"
+                    f" rejects {actions} on it; fix: add them to the column list"
+                    f" (ALTER PUBLICATION {pub_q} SET TABLE ...) or drop the column list"
+                )
+    if filter_columns and not full:
+        outside = [c for c in filter_columns if c not in ri.key_columns]
+        if outside:
+            problems.append(
+                f"the row filter of publication {pub_q} for {table_q}{where} uses column(s)"
+                f" {', '.join(outside)} outside the replica identity, so PostgreSQL rejects"
+                f" {actions} on it; fix: ALTER TABLE {table_q} REPLICA IDENTITY FULL, or filter"
+                " on identity columns only"
+            )
+    if pub.gencols is not None:
+        identity_columns = [c for c, _ in columns] if full else ri.key_columns
+        if column_list is not None:
+            identity_columns = []  # covered by the column-list rule above
+        virtual = [c for c in identity_columns if generated.get(c) == "v"]
+        stored = [c for c in identity_columns if generated.get(c) == "s"]
+        if stored and pub.gencols != "s":
+            problems.append(
+                f"the replica identity of {table_q} includes stored generated column(s)"
+                f" {', '.join(stored)} that publication {pub_q} does not publish, so PostgreSQL"
+                f" rejects {actions} on it; fix: ALTER PUBLICATION {pub_q} SET"
+                " (publish_generated_columns = stored), or change the replica identity"
+            )
+        if virtual:
+            problems.append(
+                f"the replica identity of {table_q} includes virtual generated column(s)"
+                f" {', '.join(virtual)}, which logical replication cannot publish, so"
+                f" PostgreSQL rejects {actions} on it; fix: change the replica identity"
+            )
+    return problems
+
+
+def _describe_oid(conn: Connection, oid: int) -> str:
+    schema, name = _rows(
+        conn,
+        "SELECT n.nspname, c.relname FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = %s",
+        (oid,),
+    )[0]
+    return _ident(conn, schema, name)
+
+
+# -- replication slots ----------------------------------------------------------------------
+
+
+@dataclass
+class SlotInfo:
+    """One row of ``pg_replication_slots``, LSNs as integers.
+
+    ``lag_bytes`` is the WAL written since the consumer's last confirmed position
+    (``pg_current_wal_lsn() - confirmed_flush_lsn``; on a standby the last replayed
+    position), None for physical slots. Fields a server version lacks are None
+    (``wal_status``/``safe_wal_size`` PG13+, ``two_phase`` PG14+, ``conflicting`` PG16+,
+    ``invalidation_reason``/``failover`` PG17+). ``connection_database`` is the database of
+    the connection that read the row (a logical slot can only be used from its own).
+    """
+
+    slot_name: str
+    plugin: str | None
+    slot_type: str  # 'logical' | 'physical'
+    database: str | None
+    temporary: bool
+    active: bool
+    active_pid: int | None
+    restart_lsn: int | None
+    confirmed_flush_lsn: int | None
+    lag_bytes: int | None
+    wal_status: str | None  # reserved | extended | unreserved | lost
+    safe_wal_size: int | None
+    two_phase: bool | None
+    conflicting: bool | None
+    invalidation_reason: str | None
+    failover: bool | None
+    connection_database: str = field(default="", repr=False)
+
+    @property
+    def invalidated(self) -> bool:
+        """The slot can no longer be used: its WAL was removed (``wal_status = 'lost'``),
+        or PostgreSQL invalidated it (``conflicting`` PG16+, ``invalidation_reason``
+        PG17+)."""
+        return (
+            self.wal_status == "lost"
+            or bool(self.conflicting)
+            or self.invalidation_reason is not None
+        )
+
+
+_OPTIONAL_SLOT_COLUMNS = (
+    "wal_status",
+    "safe_wal_size",
+    "two_phase",
+    "conflicting",
+    "invalidation_reason",
+    "failover",
+)
+
+
+def _slot_query(conn: Connection, where: sql.Composable) -> sql.Composed:
+    available = _columns_of(conn, "pg_catalog.pg_replication_slots")
+    optional = [
+        sql.SQL("s.{}").format(sql.Identifier(c)) if c in available else sql.SQL("NULL")
+        for c in _OPTIONAL_SLOT_COLUMNS
+    ]
+    return sql.SQL(
+        "SELECT s.slot_name::text, s.plugin::text, s.slot_type, s.database::text, s.temporary,"
+        " s.active, s.active_pid, s.restart_lsn::text, s.confirmed_flush_lsn::text,"
+        " pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()"
+        "   ELSE pg_current_wal_lsn() END, s.confirmed_flush_lsn)::bigint,"
+        " {}, current_database()::text"
+        " FROM pg_replication_slots s {} ORDER BY s.slot_name"
+    ).format(sql.SQL(", ").join(optional), where)
+
+
+def _slot_from_row(row: tuple[Any, ...]) -> SlotInfo:
+    (name, plugin, kind, database, temporary, active, pid, restart, confirmed, lag) = row[:10]
+    wal_status, safe_wal_size, two_phase, conflicting, reason, failover, current = row[10:]
+    return SlotInfo(
+        slot_name=name,
+        plugin=plugin,
+        slot_type=kind,
+        database=database,
+        temporary=temporary,
+        active=active,
+        active_pid=pid,
+        restart_lsn=None if restart is None else lsn_to_int(restart),
+        confirmed_flush_lsn=None if confirmed is None else lsn_to_int(confirmed),
+        lag_bytes=lag,
+        wal_status=wal_status,
+        safe_wal_size=safe_wal_size,
+        two_phase=two_phase,
+        conflicting=conflicting,
+        invalidation_reason=reason,
+        failover=failover,
+        connection_database=current,
+    )
+
+
+def list_slots(conn: Connection) -> list[SlotInfo]:
+    """Every replication slot of the server (all databases, physical too), by name."""
+    return [_slot_from_row(r) for r in _rows(conn, _slot_query(conn, sql.SQL("")))]
+
+
+def get_slot(conn: Connection, name: str) -> SlotInfo | None:
+    """The slot called ``name``, or None."""
+    rows = _rows(conn, _slot_query(conn, sql.SQL("WHERE s.slot_name = %s")), (name,))
+    return _slot_from_row(rows[0]) if rows else None
+
+
+def _missing_slot(name: str) -> SlotError:
+    return SlotError(
+        f"replication slot {name!r} does not exist (pg_replication_slots lists the slots)"
+    )
+
+
+def _in_use(name: str, pid: int | None) -> SlotError:
+    who = f"the process with PID {pid}" if pid is not None else "another process"
+    stop = (
+        f", or end its connection with SELECT pg_terminate_backend({pid})"
+        if pid is not None
+        else ""
+    )
+    return SlotError(
+        f"replication slot {name!r} is in use by {who} (a consumer is streaming from it, or"
+        f" the session owning a temporary slot); stop that consumer first{stop}, then retry"
+    )
+
+
+def _privilege_error(exc: pg_errors.InsufficientPrivilege, action: str) -> ConfigError:
+    return ConfigError(
+        f"permission denied to {action}: {exc.diag.message_primary}; managing replication"
+        " slots needs the REPLICATION attribute or superuser (ALTER ROLE ... REPLICATION)"
+    )
+
+
+def drop_slot(conn: Connection, name: str) -> None:
+    """Drop a replication slot. :class:`SlotError` when it does not exist or another
+    process is using it (the message says which and how to stop it). A temporary slot
+    held by ``conn``'s own session can be dropped."""
+    info = get_slot(conn, name)
+    if info is None:
+        raise _missing_slot(name)
+    if info.active and info.active_pid != conn.info.backend_pid:
+        raise _in_use(name, info.active_pid)
+    try:
+        _rows(conn, "SELECT pg_drop_replication_slot(%s)", (name,))
+    except pg_errors.UndefinedObject as exc:
+        raise _missing_slot(name) from exc
+    except pg_errors.ObjectInUse as exc:
+        now = get_slot(conn, name)
+        raise _in_use(name, now.active_pid if now else None) from exc
+    except pg_errors.InsufficientPrivilege as exc:
+        raise _privilege_error(exc, f"drop replication slot {name!r}") from exc
+
+
+def copy_slot(conn: Connection, src: str, dst: str, temporary: bool = False) -> SlotInfo:
+    """Copy a logical slot (``pg_copy_logical_replication_slot``): the new slot starts at
+    the source's position and plugin, so it sees the same changes from there on. A
+    temporary copy lives as long as ``conn``'s session. Returns the new slot."""
+    info = get_slot(conn, src)
+    if info is None:
+        raise _missing_slot(src)
+    if info.slot_type != "logical":
+        raise SlotError(f"replication slot {src!r} is a physical slot; only logical slots copy")
+    if info.invalidated:
+        raise SlotError(
+            f"replication slot {src!r} is invalidated ({_invalid_reason(info)}); an"
+            " invalidated slot cannot be copied"
+        )
+    if info.database != info.connection_database:
+        raise SlotError(
+            f"replication slot {src!r} belongs to database {info.database!r}; connect to"
+            " that database to copy it (the copy is created in the connection's database)"
+        )
+    if get_slot(conn, dst) is not None:
+        raise SlotError(f"replication slot {dst!r} already exists; choose another name")
+    try:
+        _rows(conn, "SELECT pg_copy_logical_replication_slot(%s, %s, %s)", (src, dst, temporary))
+    except pg_errors.UndefinedObject as exc:
+        raise _missing_slot(src) from exc
+    except pg_errors.DuplicateObject as exc:
+        raise SlotError(f"replication slot {dst!r} already exists; choose another name") from exc
+    except pg_errors.InsufficientPrivilege as exc:
+        raise _privilege_error(exc, f"copy replication slot {src!r}") from exc
+    except psycopg.DatabaseError as exc:
+        raise SlotError(
+            f"could not copy replication slot {src!r} to {dst!r}: {exc.diag.message_primary}"
+        ) from exc
+    copied = get_slot(conn, dst)
+    if copied is None:  # pragma: no cover - the server just created it
+        raise _missing_slot(dst)
+    return copied
+
+
+def _invalid_reason(info: SlotInfo) -> str:
+    if info.invalidation_reason is not None:
+        return f"invalidation_reason = {info.invalidation_reason}"
+    if info.wal_status == "lost":
+        return "wal_status = lost: WAL it still needed was removed"
+    return "conflicting = true: it conflicted with recovery"
+
+
+def check_slot_usable(
+    info: SlotInfo, *, database: str | None = None, plugin: str = "pgoutput"
+) -> None:
+    """Raise :class:`SlotError` when ``info`` cannot be streamed from: invalidated
+    (``wal_status = 'lost'``, ``conflicting``, ``invalidation_reason``), physical, another
+    output plugin than ``plugin``, or another database than ``database`` (default: the
+    database of the connection that read ``info``)."""
+    name = info.slot_name
+    expected_db = database if database is not None else info.connection_database
+    if info.invalidated:
+        raise SlotError(
+            f"replication slot {name!r} is invalidated ({_invalid_reason(info)}): changes it"
+            " has not delivered are gone from it; drop it (pgwire_cdc.admin.drop_slot, or"
+            f" SELECT pg_drop_replication_slot('{name}')) and start again with a new slot and"
+            " a fresh initial snapshot"
+        )
+    if info.slot_type != "logical":
+        raise SlotError(
+            f"replication slot {name!r} is a physical slot; logical decoding needs a logical"
+            f" slot with the {plugin} plugin: use another slot name"
+        )
+    if info.plugin != plugin:
+        raise SlotError(
+            f"replication slot {name!r} uses the output plugin {info.plugin!r}, not {plugin!r};"
+            " use another slot name, or drop this slot if nothing else consumes it"
+        )
+    if info.database != expected_db:
+        raise SlotError(
+            f"replication slot {name!r} belongs to database {info.database!r}, not"
+            f" {expected_db!r}; a logical slot decodes only its own database: connect to"
+            f" {info.database!r} or use another slot name"
+        )
