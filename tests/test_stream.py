@@ -16,7 +16,7 @@ from stream_workload import SCHEMA, TABLES, Mirror, Workload, source_rows
 import pgwire_cdc
 from pgwire_cdc import lsn_to_int
 from pgwire_cdc.errors import ConfigError
-from pgwire_cdc.stream import Batch
+from pgwire_cdc.streaming import Batch
 
 
 def current_lsn(db: Database) -> int:

@@ -19,8 +19,10 @@ from .errors import (
     SlotError,
 )
 from .lsn import int_to_lsn, lsn_to_int
+from .streaming import Batch, stream
 
 __all__ = [
+    "Batch",
     "UNCHANGED_TOAST",
     "ColumnValueError",
     "ConfigError",
@@ -33,4 +35,5 @@ __all__ = [
     "errors",
     "int_to_lsn",
     "lsn_to_int",
+    "stream",
 ]

@@ -299,7 +299,16 @@ def snapshot_queries(
         raise ValueError(f"blocks cannot be negative: {blocks}")
     if min_blocks_per_range < 1:
         raise ValueError(f"min_blocks_per_range must be at least 1, not {min_blocks_per_range}")
-    columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in table.columns)
+    # A type without a binary decoder is read in its text form (the snapshot decoder
+    # reads such a column's field as text, as the stream does in text format).
+    from . import _native
+
+    columns = sql.SQL(", ").join(
+        sql.Identifier(c.name)
+        if _native.binary_decodable(c.base_type_oid)
+        else sql.SQL("{}::text").format(sql.Identifier(c.name))
+        for c in table.columns
+    )
     relation = sql.Identifier(table.schema, table.name)
     source = sql.SQL("ONLY {}").format(relation) if table.relkind == "r" else relation
     count = min(ranges, blocks // min_blocks_per_range) if table.relkind == "r" else 1

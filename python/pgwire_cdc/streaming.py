@@ -149,7 +149,7 @@ class _Stream:
         conn = psycopg.connect(self.dsn, autocommit=True)
         self.conn = conn
         session.apply(conn)
-        info = admin.check_server(conn)
+        info = admin.check_server(conn, new_slot=admin.get_slot(conn, self.slot) is None)
         self.server_version = info.version_num
         admin.ensure_publication(conn, self.publication, self.o["tables"])
         admin.check_replica_identity(conn, self.publication)
@@ -224,7 +224,7 @@ class _Stream:
             assert self.conn is not None
             existing = admin.get_slot(self.conn, self.slot)
             if existing is not None:
-                admin.check_slot_usable(existing, self.conn)
+                admin.check_slot_usable(existing)
                 start = existing.confirmed_flush_lsn or 0
                 self.acked_lsn = start
                 self.repl = self._replication_connection()
