@@ -24,8 +24,9 @@ or before it is in this batch or an earlier one. ``batch.ack()`` is cumulative a
 the server (standby status *flush* position) that the slot may advance to it; nothing
 else ever moves the slot, except that a consumer idle with nothing un-acked lets it follow
 the server's position (a slot on quiet tables must not hold WAL). Un-acked batches come
-again after a restart; acked ones never do. A transaction larger than
-``max_batch_rows`` spans batches; only the batch holding its end carries an LSN past it.
+again after a restart; acked ones never do. Batches end between transactions only: a
+transaction is never split, so one larger than ``max_batch_rows`` / ``max_batch_bytes``
+makes one larger batch (its rows are held in Arrow builders until its commit).
 
 Snapshot rows have ``_change_type = 'read'``, ``_lsn = _commit_lsn`` = the consistent
 point and ``_tx_ordinal`` numbering them 0, 1, … in delivery order.

@@ -3,9 +3,10 @@
 //!
 //! Bookkeeping (all LSNs are WAL positions as u64):
 //! * `boundary`: the end of the last transaction fed completely (its Commit's `end_lsn`),
-//!   or a point the server said it has passed while nothing was open. A batch's LSN is the
-//!   boundary when it is cut: a transaction split across batches only counts once its
-//!   Commit has been read, so acking a batch never confirms half a transaction.
+//!   or a point the server said it has passed while nothing was open. Batches are cut
+//!   only at boundaries, and a batch's LSN is the boundary: acking a batch confirms
+//!   exactly the transactions in it, so no acked row is ever delivered again (a
+//!   transaction larger than the batch limits makes one larger batch).
 //! * `acked`: the highest batch LSN the consumer acked. It is the only *flush* position
 //!   ever reported to the server — except when the consumer is idle with nothing un-acked:
 //!   then the position the server reports as sent (keepalive `wal_end`) is confirmed too,
@@ -320,12 +321,20 @@ impl LiveSession {
         }
         loop {
             let now = Instant::now();
-            if self.sink.rows() >= limits.max_rows.max(1) || self.batch_bytes >= limits.max_bytes
+            // Batches end between transactions only, so that acking a batch acks every
+            // row in it (a transaction larger than the limits makes one larger batch).
+            let at_boundary = !self.decoder.in_transaction();
+            if at_boundary
+                && (self.sink.rows() >= limits.max_rows.max(1)
+                    || self.batch_bytes >= limits.max_bytes)
             {
                 return self.cut(Stop::Full);
             }
             if let Some(started) = self.batch_started {
-                if now.duration_since(started) >= limits.max_wait && self.sink.rows() > 0 {
+                if at_boundary
+                    && now.duration_since(started) >= limits.max_wait
+                    && self.sink.rows() > 0
+                {
                     return self.cut(Stop::Waited);
                 }
             }
