@@ -14,6 +14,7 @@ and editing pg_hba.conf does not change the clusters the other suites share.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 import uuid
@@ -141,10 +142,36 @@ def test_trust_login_reports_the_session(tls_pg: PgCluster) -> None:
         assert row == (str(conn.backend_pid), "pgclient_test", "UTF8", None)
         assert conn.parameter("server_encoding") == "UTF8"
         assert conn.parameter("no_such_parameter") is None
+        conn.query("SET TimeZone = 'Asia/Tokyo'")
+        assert conn.parameter("TimeZone") == "Asia/Tokyo"  # ParameterStatus followed
     finally:
         conn.close()
     with pytest.raises(RuntimeError, match="closed"):
         conn.query("SELECT 1")
+
+
+def test_options_and_startup_settings(tls_pg: PgCluster) -> None:
+    conn = connect(tls_pg, "user=postgres options='-c statement_timeout=1234 -c DateStyle=SQL'")
+    try:
+        assert conn.query("SHOW statement_timeout") == [("1234ms",)]
+        assert conn.parameter("DateStyle") == "SQL, MDY"
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("sslmode", ["disable", "prefer"])
+def test_connect_timeout_on_a_silent_server(sslmode: str) -> None:
+    """A peer that accepts TCP but never answers: connect_timeout ends the wait."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)  # the kernel completes the handshake; nobody ever reads
+        port = silent.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(ConnectionError, match="timed out"):
+            _native.PgConnection(
+                f"host=127.0.0.1 port={port} user=x sslmode={sslmode} connect_timeout=2"
+            )
+        assert 1.5 < time.monotonic() - started < 10
 
 
 @pytest.mark.parametrize("role", sorted(ROLES))
