@@ -103,6 +103,16 @@ def tls_pg(request: pytest.FixtureRequest, certs: Certs) -> Iterator[PgCluster]:
         cluster.add_hba_lines(
             [f"host all {role} 127.0.0.1/32 {method}" for role, method in ROLES.items()]
         )
+        if cluster.supports_ssl:
+            # Roles that pg_hba.conf refuses without TLS / with TLS (trust otherwise).
+            cluster.set_password("u_tls_only", PASSWORD)
+            cluster.set_password("u_plain_only", PASSWORD)
+            cluster.add_hba_lines(
+                [
+                    "hostnossl all u_tls_only 127.0.0.1/32 reject",
+                    "hostssl all u_plain_only 127.0.0.1/32 reject",
+                ]
+            )
         with cluster.connect() as conn:
             # The md5 method only runs MD5 (not SCRAM) for an MD5-stored password.
             row = conn.execute("SELECT rolpassword FROM pg_authid WHERE rolname = 'u_md5'")
@@ -348,6 +358,24 @@ def test_tls_modes(tls_pg: PgCluster, certs: Certs, tmp_path: Path) -> None:
                 f"host=localhost port={tls_pg.port} user=postgres sslmode={mode} "
                 f"sslrootcert={missing}"
             )
+
+
+def test_allow_and_prefer_retry_like_libpq(tls_pg: PgCluster, tmp_path: Path) -> None:
+    """allow: plain first, TLS when the server refuses plain; prefer: TLS first, plain when
+    the server refuses the TLS login."""
+    need_tls(tls_pg)
+    base = f"host=127.0.0.1 port={tls_pg.port} dbname=postgres sslrootcert={tmp_path / 'none'}"
+    conn = _native.PgConnection(f"{base} user=u_tls_only sslmode=allow")
+    assert conn.ssl_in_use
+    conn.close()
+    conn = _native.PgConnection(f"{base} user=u_plain_only sslmode=prefer")
+    assert not conn.ssl_in_use
+    conn.close()
+    with pytest.raises(ConnectionError, match="pg_hba.conf rejects") as info:
+        _native.PgConnection(f"{base} user=u_tls_only sslmode=disable")
+    assert info.value.sqlstate == "28000"
+    with pytest.raises(ConnectionError, match="pg_hba.conf rejects"):
+        _native.PgConnection(f"{base} user=u_plain_only sslmode=require")
 
 
 def test_tls_against_a_server_without_tls(pg: PgCluster, tmp_path: Path) -> None:
