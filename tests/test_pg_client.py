@@ -371,10 +371,10 @@ def test_allow_and_prefer_retry_like_libpq(tls_pg: PgCluster, tmp_path: Path) ->
     conn = _native.PgConnection(f"{base} user=u_plain_only sslmode=prefer")
     assert not conn.ssl_in_use
     conn.close()
-    with pytest.raises(ConnectionError, match="pg_hba.conf rejects") as info:
+    with pytest.raises(ConnectionError, match=r"pg_hba\.conf rejects") as info:
         _native.PgConnection(f"{base} user=u_tls_only sslmode=disable")
     assert info.value.sqlstate == "28000"
-    with pytest.raises(ConnectionError, match="pg_hba.conf rejects"):
+    with pytest.raises(ConnectionError, match=r"pg_hba\.conf rejects"):
         _native.PgConnection(f"{base} user=u_plain_only sslmode=require")
 
 
