@@ -522,9 +522,12 @@ def _decode_until(
     seen = 0
     last_end = 0
     deadline = time.monotonic() + deadline_s
+    polls = 0
     while seen < inserts or not events or events[-1].kind != "commit":
         assert time.monotonic() < deadline, f"only {seen} of {inserts} inserts arrived"
-        message = stream.recv(timeout)
+        # Every other call polls (zero time-out): it must still read what has arrived.
+        polls += 1
+        message = stream.recv(timeout if polls % 2 else 0.0)
         if message is None:
             continue
         if message[0] == "k":

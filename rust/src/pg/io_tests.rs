@@ -112,4 +112,11 @@ fn a_deadline_in_the_past_reads_nothing_but_keeps_buffered_frames() {
     let f = wire.next_frame(Some(past)).unwrap().unwrap();
     assert_eq!((f.tag, wire.body(&f).unwrap()), (b'b', &b"22"[..]));
     assert!(wire.next_frame(Some(past)).unwrap().is_none());
+    // Polling (a deadline already passed) still reads what has arrived, without waiting.
+    peer.write_all(&frame(b'c', b"333")).unwrap();
+    let f = wire.next_frame(Some(past)).unwrap().unwrap();
+    assert_eq!((f.tag, wire.body(&f).unwrap()), (b'c', &b"333"[..]));
+    let polled = Instant::now();
+    assert!(wire.next_frame(Some(past)).unwrap().is_none());
+    assert!(polled.elapsed() < Duration::from_millis(50));
 }
