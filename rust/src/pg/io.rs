@@ -193,6 +193,12 @@ impl Wire {
         }
     }
 
+    /// Bytes received but not yet handed out (a partial message, after a time-out).
+    #[cfg(test)]
+    pub(crate) fn buffered(&self) -> usize {
+        self.end - self.start
+    }
+
     /// A blocking [`Wire::next_frame`].
     pub(crate) fn frame(&mut self) -> Result<Frame, PgError> {
         match self.next_frame(None)? {
