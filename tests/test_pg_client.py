@@ -14,6 +14,7 @@ and editing pg_hba.conf does not change the clusters the other suites share.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 import uuid
@@ -102,6 +103,16 @@ def tls_pg(request: pytest.FixtureRequest, certs: Certs) -> Iterator[PgCluster]:
         cluster.add_hba_lines(
             [f"host all {role} 127.0.0.1/32 {method}" for role, method in ROLES.items()]
         )
+        if cluster.supports_ssl:
+            # Roles that pg_hba.conf refuses without TLS / with TLS (trust otherwise).
+            cluster.set_password("u_tls_only", PASSWORD)
+            cluster.set_password("u_plain_only", PASSWORD)
+            cluster.add_hba_lines(
+                [
+                    "hostnossl all u_tls_only 127.0.0.1/32 reject",
+                    "hostssl all u_plain_only 127.0.0.1/32 reject",
+                ]
+            )
         with cluster.connect() as conn:
             # The md5 method only runs MD5 (not SCRAM) for an MD5-stored password.
             row = conn.execute("SELECT rolpassword FROM pg_authid WHERE rolname = 'u_md5'")
@@ -141,10 +152,36 @@ def test_trust_login_reports_the_session(tls_pg: PgCluster) -> None:
         assert row == (str(conn.backend_pid), "pgclient_test", "UTF8", None)
         assert conn.parameter("server_encoding") == "UTF8"
         assert conn.parameter("no_such_parameter") is None
+        conn.query("SET TimeZone = 'Asia/Tokyo'")
+        assert conn.parameter("TimeZone") == "Asia/Tokyo"  # ParameterStatus followed
     finally:
         conn.close()
     with pytest.raises(RuntimeError, match="closed"):
         conn.query("SELECT 1")
+
+
+def test_options_and_startup_settings(tls_pg: PgCluster) -> None:
+    conn = connect(tls_pg, "user=postgres options='-c statement_timeout=1234 -c DateStyle=SQL'")
+    try:
+        assert conn.query("SHOW statement_timeout") == [("1234ms",)]
+        assert conn.parameter("DateStyle") == "SQL, MDY"
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("sslmode", ["disable", "prefer"])
+def test_connect_timeout_on_a_silent_server(sslmode: str) -> None:
+    """A peer that accepts TCP but never answers: connect_timeout ends the wait."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)  # the kernel completes the handshake; nobody ever reads
+        port = silent.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(ConnectionError, match="timed out"):
+            _native.PgConnection(
+                f"host=127.0.0.1 port={port} user=x sslmode={sslmode} connect_timeout=2"
+            )
+        assert 1.5 < time.monotonic() - started < 10
 
 
 @pytest.mark.parametrize("role", sorted(ROLES))
@@ -323,6 +360,24 @@ def test_tls_modes(tls_pg: PgCluster, certs: Certs, tmp_path: Path) -> None:
             )
 
 
+def test_allow_and_prefer_retry_like_libpq(tls_pg: PgCluster, tmp_path: Path) -> None:
+    """allow: plain first, TLS when the server refuses plain; prefer: TLS first, plain when
+    the server refuses the TLS login."""
+    need_tls(tls_pg)
+    base = f"host=127.0.0.1 port={tls_pg.port} dbname=postgres sslrootcert={tmp_path / 'none'}"
+    conn = _native.PgConnection(f"{base} user=u_tls_only sslmode=allow")
+    assert conn.ssl_in_use
+    conn.close()
+    conn = _native.PgConnection(f"{base} user=u_plain_only sslmode=prefer")
+    assert not conn.ssl_in_use
+    conn.close()
+    with pytest.raises(ConnectionError, match=r"pg_hba\.conf rejects") as info:
+        _native.PgConnection(f"{base} user=u_tls_only sslmode=disable")
+    assert info.value.sqlstate == "28000"
+    with pytest.raises(ConnectionError, match=r"pg_hba\.conf rejects"):
+        _native.PgConnection(f"{base} user=u_plain_only sslmode=require")
+
+
 def test_tls_against_a_server_without_tls(pg: PgCluster, tmp_path: Path) -> None:
     base = f"host=127.0.0.1 port={pg.port} user=postgres sslrootcert={tmp_path / 'none'}"
     with pytest.raises(ConnectionError, match="does not support TLS"):
@@ -467,9 +522,12 @@ def _decode_until(
     seen = 0
     last_end = 0
     deadline = time.monotonic() + deadline_s
+    polls = 0
     while seen < inserts or not events or events[-1].kind != "commit":
         assert time.monotonic() < deadline, f"only {seen} of {inserts} inserts arrived"
-        message = stream.recv(timeout)
+        # Every other call polls (zero time-out): it must still read what has arrived.
+        polls += 1
+        message = stream.recv(timeout if polls % 2 else 0.0)
         if message is None:
             continue
         if message[0] == "k":

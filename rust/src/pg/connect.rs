@@ -24,7 +24,7 @@ use super::config::{Settings, Target, TargetAddr};
 use super::connection::Connection;
 use super::dsn::SslMode;
 use super::error::PgError;
-use super::io::{Stream, Wire};
+use super::io::{io_error, Stream, Wire};
 use super::tls;
 
 /// How one attempt treats TLS.
@@ -213,7 +213,7 @@ fn negotiate_tls(
         return Ok(stream);
     };
     let io = |e| {
-        PgError::io(
+        io_error(
             &format!("TLS negotiation with {} failed", target.describe()),
             e,
         )
@@ -261,7 +261,7 @@ fn negotiate_tls(
                     target.describe()
                 ))
             } else {
-                PgError::io(
+                io_error(
                     &format!("TLS handshake with {} failed", target.describe()),
                     e,
                 )

@@ -54,8 +54,7 @@ impl Connection {
     pub(crate) fn after_login(mut wire: Wire) -> Result<Connection, PgError> {
         let mut parameters = Vec::new();
         let (backend_pid, _cancel_key) = connect::read_startup(&mut wire, |name, value| {
-            parameters.retain(|(n, _): &(String, String)| *n != name);
-            parameters.push((name, value));
+            set_parameter(&mut parameters, name, value);
         })?;
         let server_version_num = parameters
             .iter()
@@ -178,6 +177,11 @@ impl Connection {
                         "START_REPLICATION must be run with start_logical_replication",
                     ));
                 }
+                backend::PARAMETER_STATUS => {
+                    // `SET TimeZone` and the like report the new value.
+                    let (name, value) = backend::parameter_status(body)?;
+                    set_parameter(&mut self.parameters, name, value);
+                }
                 tag if backend::is_asynchronous(tag) => {}
                 tag => {
                     return Err(PgError::protocol(format!(
@@ -262,6 +266,13 @@ impl Connection {
         frontend::terminate(&mut self.wire.out);
         // The server may already be gone; closing must not fail.
         let _ = self.wire.flush();
+    }
+}
+
+fn set_parameter(parameters: &mut Vec<(String, String)>, name: String, value: String) {
+    match parameters.iter_mut().find(|(n, _)| *n == name) {
+        Some(entry) => entry.1 = value,
+        None => parameters.push((name, value)),
     }
 }
 

@@ -46,6 +46,14 @@ impl Stream {
         }
     }
 
+    fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_nonblocking(on),
+            Stream::Unix(s) => s.set_nonblocking(on),
+            Stream::Tls(s) => s.sock.set_nonblocking(on),
+        }
+    }
+
     fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.set_write_timeout(timeout),
@@ -173,14 +181,22 @@ impl Wire {
         &mut self,
         deadline: Option<Instant>,
     ) -> Result<Option<Frame>, PgError> {
+        let mut first = true;
         loop {
             if let Some(frame) = self.parse_frame()? {
                 return Ok(Some(frame));
             }
-            if !self.fill(deadline)? {
+            if !self.fill(deadline, first)? {
                 return Ok(None);
             }
+            first = false;
         }
+    }
+
+    /// Bytes received but not yet handed out (a partial message, after a time-out).
+    #[cfg(test)]
+    pub(crate) fn buffered(&self) -> usize {
+        self.end - self.start
     }
 
     /// A blocking [`Wire::next_frame`].
@@ -231,23 +247,38 @@ impl Wire {
             })
     }
 
-    /// Reads more bytes; `false` when `deadline` passed first.
-    fn fill(&mut self, deadline: Option<Instant>) -> Result<bool, PgError> {
+    /// Reads more bytes; `false` when `deadline` passed first. The `first` read of a call
+    /// happens even when the deadline has already passed (without blocking then), so that
+    /// polling with a zero time-out still makes progress.
+    fn fill(&mut self, deadline: Option<Instant>, first: bool) -> Result<bool, PgError> {
         self.make_room();
+        let mut poll = false;
         let timeout = match deadline {
             None => self.base_timeout,
             Some(deadline) => {
                 let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
+                if left.is_zero() && !first {
                     return Ok(false);
                 }
-                // A zero socket time-out would mean "block"; round tiny waits up.
+                poll = left.is_zero();
+                // A zero socket time-out would mean "block"; round tiny waits up (the
+                // kernel rounds them to a clock tick anyway).
                 Some(left.max(Duration::from_micros(100)))
             }
         };
-        self.set_read_timeout(timeout)?;
+        if !poll {
+            self.set_read_timeout(timeout)?;
+        }
         let free = self.buf.get_mut(self.end..).unwrap_or_default();
-        match self.stream.read(free) {
+        let result = if poll {
+            self.stream.set_nonblocking(true).and_then(|()| {
+                let read = self.stream.read(free);
+                self.stream.set_nonblocking(false).and(read)
+            })
+        } else {
+            self.stream.read(free)
+        };
+        match result {
             Ok(0) => Err(PgError::connect(
                 "server closed the connection unexpectedly",
             )),

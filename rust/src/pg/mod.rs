@@ -35,6 +35,8 @@ mod uri;
 
 #[cfg(test)]
 mod dsn_tests;
+#[cfg(test)]
+mod io_tests;
 
 pub use connection::Connection;
 pub use dsn::{ChannelBindingMode, ConnParams, SslMode};
