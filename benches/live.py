@@ -38,9 +38,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import capture_stream  # noqa: E402
-from bench_common import check_release_build  # noqa: E402
-
 import pgwire_cdc  # noqa: E402
+from bench_common import check_release_build  # noqa: E402
 from pgwire_cdc.server import PgCluster  # noqa: E402
 
 SETTINGS = {"max_wal_size": "8GB", "shared_buffers": "512MB", "wal_sender_timeout": "600s"}
@@ -226,7 +225,10 @@ def main() -> None:
             wall, used, rows = run_stream(dsn, slot, end, binary)
             assert rows == changes, (rows, changes)
             results[slot], cpu[slot] = wall, used
-            print(f"stream() {'binary' if binary else 'text'}: {wall:.2f} s, cpu {used:.2f} s", flush=True)
+            print(
+                f"stream() {'binary' if binary else 'text'}: {wall:.2f} s, cpu {used:.2f} s",
+                flush=True,
+            )
         if not args.skip_psycopg2:
             results["psy"], _ = run_psycopg2(dsn, "psy", end, changes)
             print(f"psycopg2+pypgoutput {results['psy']:.2f} s", flush=True)
@@ -250,9 +252,15 @@ def main() -> None:
             ratio = (
                 f"{results[base] / results[key]:.2f}x of {base}"
                 if key != base and key != "psy"
-                else ("1.00x" if key == base else f"stream() text is {results[key] / results['ours_t']:.1f}x faster")
+                else (
+                    "1.00x"
+                    if key == base
+                    else f"stream() text is {results[key] / results['ours_t']:.1f}x faster"
+                )
             )
-            lines.append(f"| {label} | {results[key]:.2f} | {changes / results[key]:,.0f} | {ratio} |")
+            lines.append(
+                f"| {label} | {results[key]:.2f} | {changes / results[key]:,.0f} | {ratio} |"
+            )
         lines += [
             "",
             f"stream() CPU time: text {cpu['ours_t']:.2f} s over {results['ours_t']:.2f} s wall, "
@@ -265,7 +273,7 @@ def main() -> None:
         conn.execute("drop publication benchpub")
         conn.execute("truncate bench")
         conn.execute("create publication benchpub for table bench")
-        for slot in contenders + ["base"]:
+        for slot in [*contenders, "base"]:
             conn.execute("select pg_drop_replication_slot(%s)", (slot,))
         print(f"snapshot table: {args.snapshot_rows:,} rows", flush=True)
         fill(conn, args.snapshot_rows, batch=100_000)
@@ -280,13 +288,17 @@ def main() -> None:
             snap[f"w{workers}"], n = run_snapshot(dsn, slot, workers)
             assert n == args.snapshot_rows, (n, args.snapshot_rows)
             conn.execute("select pg_drop_replication_slot(%s)", (slot,))
-            print(f"stream() snapshot, {workers} connection(s): {snap[f'w{workers}']:.2f} s", flush=True)
+            print(
+                f"stream() snapshot, {workers} connection(s): {snap[f'w{workers}']:.2f} s",
+                flush=True,
+            )
         lines += [
             f"## Initial snapshot of {args.snapshot_rows:,} rows ({args.server})",
             "",
             "| reader | seconds | rows/s | vs ADBC |",
             "|---|---:|---:|---:|",
-            f"| ADBC PostgreSQL driver, SELECT * into Arrow | {snap['adbc']:.2f} | {args.snapshot_rows / snap['adbc']:,.0f} | 1.00x |",
+            f"| ADBC PostgreSQL driver, SELECT * into Arrow | {snap['adbc']:.2f} | "
+            f"{args.snapshot_rows / snap['adbc']:,.0f} | 1.00x |",
         ]
         for workers in (1, 2):
             t = snap[f"w{workers}"]
@@ -298,7 +310,8 @@ def main() -> None:
     header = [
         "# Live benchmarks",
         "",
-        f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.processor() or platform.machine()}, "
+        f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, "
+        f"{platform.processor() or platform.machine()}, "
         f"Python {platform.python_version()}, release build. Server and client share the machine "
         "(2 cores): `benches/live.py`.",
         "",

@@ -322,7 +322,7 @@ fn copy_seeds() -> Vec<(Arc<Relation>, Vec<u8>)> {
                     types.insert(t.oid, Arc::new(TypeInfo::from_message(&t)));
                 }
                 Ok(Message::Relation(r)) => {
-                    let rel = Arc::new(Relation::from_message(&r, &types));
+                    let rel = Arc::new(Relation::from_message(&r, &types, &Default::default()));
                     if relations.get(&r.oid).map(|old| **old != *rel) != Some(false) {
                         let mut header = SIGNATURE.to_vec();
                         header.extend([0; 8]);

@@ -125,9 +125,7 @@ class Workload:
     def insert_item(self, cur: psycopg.Cursor[Any]) -> None:
         i = self.next_id
         self.next_id += 1
-        cur.execute(
-            "INSERT INTO items VALUES (%s" + ", %s" * 15 + ")", [i, *self.item_values()]
-        )
+        cur.execute("INSERT INTO items VALUES (%s" + ", %s" * 15 + ")", [i, *self.item_values()])
         self.item_ids.add(i)
 
     def insert_code(self, cur: psycopg.Cursor[Any]) -> None:
@@ -161,7 +159,10 @@ class Workload:
         elif op < 0.62:
             # No key change, toasted column untouched: unchanged TOAST.
             i = r.choice(sorted(self.item_ids))
-            cur.execute("UPDATE items SET qty = %s, name = %s WHERE id = %s", (r.randint(0, 9), self.text(), i))
+            cur.execute(
+                "UPDATE items SET qty = %s, name = %s WHERE id = %s",
+                (r.randint(0, 9), self.text(), i),
+            )
         elif op < 0.68:
             # Primary-key change (the old key travels in the old image).
             i = r.choice(sorted(self.item_ids))
@@ -191,7 +192,8 @@ class Workload:
                 cur.execute("UPDATE codes SET val = val + 1 WHERE code = %s", (code,))
         elif op < 0.86:
             cur.execute(
-                "UPDATE notes SET n = n + 1 WHERE ctid = (SELECT ctid FROM notes WHERE n = %s LIMIT 1)",
+                "UPDATE notes SET n = n + 1 "
+                "WHERE ctid = (SELECT ctid FROM notes WHERE n = %s LIMIT 1)",
                 (r.randint(0, 3),),
             )
         elif op < 0.95:

@@ -9,14 +9,13 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import pgwire_cdc
 import pytest
 from conftest import Database
-from stream_workload import SCHEMA, TABLES, Mirror, Workload, source_rows
-
-import pgwire_cdc
 from pgwire_cdc import lsn_to_int
 from pgwire_cdc.errors import ConfigError
 from pgwire_cdc.streaming import Batch
+from stream_workload import SCHEMA, TABLES, Mirror, Workload, source_rows
 
 
 def current_lsn(db: Database) -> int:
@@ -70,7 +69,9 @@ def test_snapshot_then_changes_equal_source(db: Database, workload: Workload, bi
     mirror = Mirror()
     first = consume(db, mirror, binary=binary)
     assert first and first[0].snapshot and first[0].snapshot_start
-    assert {r for b in first for t in b.tables.values() for r in t["_change_type"].to_pylist()} <= {"read"}
+    assert {r for b in first for t in b.tables.values() for r in t["_change_type"].to_pylist()} <= {
+        "read"
+    }
     assert_mirror_equals_source(db, mirror)
     assert slots(db).keys() == {"s1"}, "the permanent slot exists once the snapshot is acked"
 
@@ -84,11 +85,7 @@ def test_snapshot_then_changes_equal_source(db: Database, workload: Workload, bi
     assert len(set(mirror.changes)) == len(mirror.changes)
     # Unchanged TOAST reached the consumer as such and was filled from its copy.
     unchanged = [
-        r
-        for b in later
-        for t in b.tables.values()
-        for r in t["_unchanged"].to_pylist()
-        if r
+        r for b in later for t in b.tables.values() for r in t["_unchanged"].to_pylist() if r
     ]
     assert unchanged, "the workload leaves toasted columns unchanged in updates"
 
@@ -97,7 +94,14 @@ def test_changes_during_snapshot_are_streamed_once(db: Database, workload: Workl
     """Rows committed while the snapshot is being read come from the stream, not twice."""
     workload.run(60)
     mirror = Mirror()
-    stream = pgwire_cdc.stream(db.dsn, publication="pub", slot="s1", max_batch_rows=10, snapshot_workers=2, snapshot_split_blocks=1)
+    stream = pgwire_cdc.stream(
+        db.dsn,
+        publication="pub",
+        slot="s1",
+        max_batch_rows=10,
+        snapshot_workers=2,
+        snapshot_split_blocks=1,
+    )
     first = next(stream)
     assert first.snapshot
     mirror.apply(first.tables)
@@ -134,7 +138,9 @@ def test_unacked_snapshot_leaves_no_slot(db: Database, workload: Workload) -> No
     assert sum(b.rows for b in again) == sum(b.rows for b in batches)
 
 
-def test_restart_without_ack_redelivers_and_after_ack_never(db: Database, workload: Workload) -> None:
+def test_restart_without_ack_redelivers_and_after_ack_never(
+    db: Database, workload: Workload
+) -> None:
     consume(db)  # snapshot of the empty tables, acked: the slot exists
     workload.run(30)
     end = current_lsn(db)
@@ -153,7 +159,9 @@ def test_restart_without_ack_redelivers_and_after_ack_never(db: Database, worklo
     assert changes(again) == changes(unacked), "un-acked batches come again"
 
     # Ack only the first batch, then restart: nothing up to its LSN comes again.
-    stream = pgwire_cdc.stream(db.dsn, publication="pub", slot="s1", until_lsn=end, max_batch_rows=37)
+    stream = pgwire_cdc.stream(
+        db.dsn, publication="pub", slot="s1", until_lsn=end, max_batch_rows=37
+    )
     first = next(stream)
     first.ack()
     stream.close()

@@ -22,8 +22,8 @@ from .lsn import int_to_lsn, lsn_to_int
 from .streaming import Batch, stream
 
 __all__ = [
-    "Batch",
     "UNCHANGED_TOAST",
+    "Batch",
     "ColumnValueError",
     "ConfigError",
     "ConnectionError",

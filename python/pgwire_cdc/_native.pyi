@@ -161,3 +161,74 @@ class PgReplicationStream:
     ) -> None: ...
     def finish(self) -> PgConnection: ...
     def close(self) -> None: ...
+
+def binary_decodable(oid: int) -> bool:
+    """Whether binary-format values of this (built-in or resolved) type OID decode."""
+
+_ColumnSpec = tuple[str, int, int, int, int, bool]
+_TaskSpec = tuple[int, str, str, str, list[_ColumnSpec], str]
+
+@final
+class ReplicationConnection:
+    """A ``replication=database`` connection before streaming (used by ``stream()``)."""
+
+    def __init__(self, dsn: str) -> None: ...
+    @property
+    def server_version(self) -> int: ...
+    def identify_system(self) -> tuple[str, int, int, str | None]: ...
+    def create_slot(
+        self, name: str, *, temporary: bool = False, export_snapshot: bool = False
+    ) -> tuple[str, int, str | None]: ...
+    def drop_slot(self, name: str, wait: bool = False) -> None: ...
+    def query(self, sql: str) -> list[list[str | None]]: ...
+    def start_snapshot(
+        self,
+        snapshot_name: str,
+        consistent_point: int,
+        tasks: list[_TaskSpec],
+        *,
+        workers: int = 1,
+        batch_rows: int = 65536,
+    ) -> SnapshotReader: ...
+    def start_streaming(
+        self,
+        slot: str,
+        start_lsn: int,
+        publication_names: list[str],
+        *,
+        proto_version: int,
+        binary: bool,
+        messages: bool = True,
+        streaming: bool = True,
+        status_interval_ms: int = 10000,
+        type_map: dict[int, tuple[int, int]] = ...,
+    ) -> LiveStream: ...
+    def close(self) -> None: ...
+
+@final
+class SnapshotReader:
+    """The parallel snapshot copy in progress."""
+
+    def next_batch(self, timeout_ms: int) -> tuple[str, ArrowStream] | None: ...
+    def close(self) -> None: ...
+
+@final
+class LiveStream:
+    """A streaming replication session."""
+
+    def poll(
+        self,
+        *,
+        max_rows: int,
+        max_bytes: int,
+        max_ms: int,
+        until_lsn: int | None = None,
+        idle_timeout_ms: int | None = None,
+        slice_ms: int = 200,
+    ) -> tuple[list[tuple[str, ArrowStream]], int, str]: ...
+    def ack(self, lsn: int) -> None: ...
+    @property
+    def delivered_lsn(self) -> int: ...
+    @property
+    def acked_lsn(self) -> int: ...
+    def close(self) -> None: ...

@@ -303,12 +303,13 @@ def snapshot_queries(
     # reads such a column's field as text, as the stream does in text format).
     from . import _native
 
-    columns = sql.SQL(", ").join(
+    selected: list[sql.Composable] = [
         sql.Identifier(c.name)
         if _native.binary_decodable(c.base_type_oid)
         else sql.SQL("{}::text").format(sql.Identifier(c.name))
         for c in table.columns
-    )
+    ]
+    columns = sql.SQL(", ").join(selected)
     relation = sql.Identifier(table.schema, table.name)
     source = sql.SQL("ONLY {}").format(relation) if table.relkind == "r" else relation
     count = min(ranges, blocks // min_blocks_per_range) if table.relkind == "r" else 1

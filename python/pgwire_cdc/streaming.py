@@ -40,8 +40,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import psycopg
+import pyarrow as pa
 
 from . import _native, admin, catalog, session
 from .errors import ConfigError, ConnectionError, SlotError
@@ -184,13 +184,7 @@ class _Stream:
         repl = _native.ReplicationConnection(self.dsn)
         # Text-format values are printed by the walsender with these settings.
         for name, value in session.SESSION_SETTINGS.items():
-            repl.query(
-                "SELECT set_config("
-                + _literal(name)
-                + ", "
-                + _literal(value)
-                + ", false)"
-            )
+            repl.query("SELECT set_config(" + _literal(name) + ", " + _literal(value) + ", false)")
         return repl
 
     # -- acknowledgement -----------------------------------------------------------
@@ -385,7 +379,7 @@ class _Stream:
         acked = self.live.acked_lsn
         try:
             self.live.close()
-        except Exception:  # noqa: BLE001 - the connection is already broken
+        except Exception:
             pass
         self.live = None
         delay = RECONNECT_BACKOFF_S * (2 ** (failures - 1))
@@ -433,7 +427,7 @@ class _Stream:
             if closer is not None:
                 try:
                     closer.close()
-                except Exception as e:  # noqa: BLE001 - closing must not hide the cause
+                except Exception as e:
                     log.debug("closing %s failed: %s", type(closer).__name__, e)
         self.reader = self.live = self.repl = None
         if self.conn is not None:

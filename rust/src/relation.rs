@@ -58,13 +58,16 @@ impl Relation {
             .columns
             .iter()
             .map(|c| {
-                let base = catalog.get(&c.type_oid).copied().unwrap_or_else(|| BaseType {
-                    oid: types
-                        .get(&c.type_oid)
-                        .and_then(|t| base_type_oid(t))
-                        .unwrap_or(c.type_oid),
-                    type_modifier: -1,
-                });
+                let base = catalog
+                    .get(&c.type_oid)
+                    .copied()
+                    .unwrap_or_else(|| BaseType {
+                        oid: types
+                            .get(&c.type_oid)
+                            .and_then(|t| base_type_oid(t))
+                            .unwrap_or(c.type_oid),
+                        type_modifier: -1,
+                    });
                 Column {
                     name: c.name.to_owned(),
                     type_oid: c.type_oid,

@@ -41,9 +41,7 @@ fn snapshot_error(py: Python<'_>, e: &SnapshotError) -> PyErr {
     match e {
         SnapshotError::Pg(e) => pg_error(py, e),
         SnapshotError::Decode(e) => decode_error(py, e, None),
-        SnapshotError::Values { first, .. } => {
-            rejected_rows_error(py, std::slice::from_ref(first))
-        }
+        SnapshotError::Values { first, .. } => rejected_rows_error(py, std::slice::from_ref(first)),
         other => pgwire_error(py, "Error", &other.to_string()),
     }
 }
@@ -124,7 +122,8 @@ impl PyReplicationConnection {
         } else {
             SnapshotAction::NoExport
         };
-        let created = self.with_conn(py, move |c| c.create_logical_slot(&name, temporary, action))?;
+        let created =
+            self.with_conn(py, move |c| c.create_logical_slot(&name, temporary, action))?;
         Ok((
             created.slot_name,
             created.consistent_point,
@@ -156,10 +155,12 @@ impl PyReplicationConnection {
     ) -> PyResult<PySnapshotReader> {
         let tasks = tasks
             .into_iter()
-            .map(|(oid, namespace, name, identity, columns, sql)| SnapshotTask {
-                relation: Arc::new(relation(oid, namespace, name, &identity, columns)),
-                sql,
-            })
+            .map(
+                |(oid, namespace, name, identity, columns, sql)| SnapshotTask {
+                    relation: Arc::new(relation(oid, namespace, name, &identity, columns)),
+                    sql,
+                },
+            )
             .collect();
         let config = SnapshotConfig {
             snapshot_name,

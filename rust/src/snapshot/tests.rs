@@ -34,6 +34,7 @@ fn column(name: &str, type_oid: u32, type_modifier: i32) -> Column {
         type_oid,
         base_type_oid: type_oid,
         type_modifier,
+        base_type_modifier: type_modifier,
         is_key: name == "id",
     }
 }
