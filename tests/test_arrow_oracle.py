@@ -50,6 +50,7 @@ import pytest
 from conftest import Database
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pgwire_cdc import catalog
 from pgwire_cdc.errors import ColumnValueError
 from psycopg import sql
 
@@ -865,8 +866,15 @@ def peek(
     return [bytes(data) for _, data in rows], [pgwire_cdc.lsn_to_int(lsn) for lsn, _ in rows]
 
 
-def decode(messages: list[bytes], lsns: list[int], binary: bool) -> dict[str, pa.Table]:
+def decode(
+    messages: list[bytes],
+    lsns: list[int],
+    binary: bool,
+    type_map: dict[int, tuple[int, int]] | None = None,
+) -> dict[str, pa.Table]:
     dec = pgwire_cdc.Decoder(proto_version=1, binary=binary, keep_events=False)
+    if type_map:
+        dec.set_type_map(type_map)
     dec.feed_many(messages, lsns)
     return dec.take()
 
@@ -913,8 +921,16 @@ class Harness:
 
     def decode(self, binary: bool) -> pa.Table:
         slot = self.slots[1 if binary else 0]
-        messages, lsns = peek(self.conn, slot, f"pub_{self.spec.name}", binary)
-        tables = decode(messages, lsns, binary)
+        publication = f"pub_{self.spec.name}"
+        messages, lsns = peek(self.conn, slot, publication, binary)
+        # What the live stream does: user types (enums, citext, domains) from pg_type.
+        user_types = {
+            c.type_oid
+            for t in catalog.published_tables(self.conn, publication)
+            for c in t.columns
+            if c.type_oid >= 16384
+        }
+        tables = decode(messages, lsns, binary, catalog.type_map(self.conn, user_types))
         assert list(tables) == [f"public.{self.spec.table}"], list(tables)
         return tables[f"public.{self.spec.table}"]
 
@@ -1023,23 +1039,9 @@ def _rows(spec: Spec) -> st.SearchStrategy[list[tuple[str | None, ...]]]:
 # -- the property tests -------------------------------------------------------------------------
 
 
-#: Known gap (issue "Typed Arrow change batches" still open): the binary format of a user
-#: type other than a domain (enum labels, citext text) cannot be read from the stream
-#: alone, which names the type but not its send function; the live stream will resolve it
-#: from the catalog. Text format passes for both; strict, so a fix shows up as XPASS.
-USER_TYPE_BINARY_GAP = pytest.mark.xfail(
-    strict=True,
-    raises=ColumnValueError,
-    reason="binary format of enum / citext needs the catalog (typsend); text passes",
-)
-
-
 @pytest.mark.parametrize(
     "spec",
-    [
-        pytest.param(s, marks=USER_TYPE_BINARY_GAP) if s.name in ("enum", "citext") else s
-        for s in SPECS
-    ],
+    [s for s in SPECS],
     ids=[s.name for s in SPECS],
 )
 @HYPOTHESIS
