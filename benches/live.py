@@ -118,19 +118,9 @@ def run_stream(dsn: str, slot: str, end: int, binary: bool) -> tuple[float, floa
 def run_psycopg2(dsn: str, slot: str, end: int, expected: int) -> tuple[float, int]:
     import psycopg2
     import psycopg2.extras
-    from pypgoutput import decoders
+    from bench_common import pypgoutput_classes
 
-    classes = {
-        b"B": decoders.Begin,
-        b"C": decoders.Commit,
-        b"R": decoders.Relation,
-        b"I": decoders.Insert,
-        b"U": decoders.Update,
-        b"D": decoders.Delete,
-        b"T": decoders.Truncate,
-        b"Y": decoders.Type,
-        b"O": decoders.Origin,
-    }
+    by_tag = pypgoutput_classes()
     conn = psycopg2.connect(dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
     cur = conn.cursor()
     cur.start_replication(
@@ -146,7 +136,7 @@ def run_psycopg2(dsn: str, slot: str, end: int, expected: int) -> tuple[float, i
             time.sleep(0.001)
             continue
         payload = msg.payload
-        classes[payload[:1]](payload)
+        by_tag[payload[0]](payload)
         if payload[:1] in (b"I", b"U"):
             rows += 1
         if payload[:1] == b"C":

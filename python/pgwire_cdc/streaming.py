@@ -143,6 +143,7 @@ class _Stream:
         self.type_map: dict[int, tuple[int, int]] = {}
         self.proto_version = 1
         self.binary = False
+        self.status_interval_ms = 10_000
 
     # -- setup ---------------------------------------------------------------------
 
@@ -160,6 +161,14 @@ class _Stream:
         }
         self.type_map = catalog.type_map(conn, user_types)
         self.proto_version = self.o["proto_version"] or _proto_version(self.server_version)
+        # Status updates well inside wal_sender_timeout (0 = no timeout): a third of it,
+        # at most every 10 s.
+        row = conn.execute(
+            "SELECT setting::int * CASE unit WHEN 's' THEN 1000 ELSE 1 END "
+            "FROM pg_settings WHERE name = 'wal_sender_timeout'"
+        ).fetchone()
+        timeout_ms = int(row[0]) if row and row[0] else 0
+        self.status_interval_ms = min(10_000, max(100, timeout_ms // 3)) if timeout_ms else 10_000
         self.binary = bool(self.o["binary"])
         if self.binary:
             opaque = sorted(
@@ -253,6 +262,7 @@ class _Stream:
             proto_version=self.proto_version,
             binary=self.binary,
             type_map=self.type_map,
+            status_interval_ms=self.status_interval_ms,
         )
         self.repl = None
         if self.acked_lsn > start:
