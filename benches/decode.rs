@@ -6,7 +6,12 @@
 //! * `parse_message/{text,binary}`: `protocol::parse_message` on every message, the bare
 //!   wire parse (tuples split into column datums) without the event layer;
 //! * `decoder_feed/{text,binary}`: `Decoder::feed` into a `NullSink`: the full decoder
-//!   (relation cache, transaction state, row images) with the events discarded.
+//!   (relation cache, transaction state, row images) with the events discarded;
+//! * `arrow_tables/{text,binary}`: `Decoder::feed` into an `ArrowSink`, a `take()` every
+//!   100,000 rows;
+//! * `copy_binary/bench`: the initial snapshot's path, `CopyBinaryDecoder` over a synthetic
+//!   COPY BINARY stream of the same table (`copy_stream/mod.rs`, 200,000 rows, one chunk
+//!   per tuple), a batch every 100,000 rows. Needs no capture.
 //!
 //! Each is reported twice, once with `Throughput::Bytes` (message payload bytes, the
 //! 12-byte record headers of the capture file excluded) and once with
@@ -23,12 +28,23 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Decimal128Type, Int64Type};
 use criterion::{BenchmarkGroup, Criterion, Throughput};
 
 use pgwire_cdc::arrow::ArrowSink;
 use pgwire_cdc::decoder::{Decoder, DecoderConfig};
 use pgwire_cdc::protocol::{parse_message, ParseContext};
 use pgwire_cdc::sink::NullSink;
+use pgwire_cdc::snapshot::{CopyBinaryDecoder, SnapshotMeta};
+
+mod copy_stream;
+use copy_stream::CopyStream;
+
+/// Rows of the synthetic COPY stream.
+const COPY_ROWS: usize = 200_000;
 
 /// One capture file in memory: the raw file plus the (lsn, byte range) of each message.
 struct Capture {
@@ -152,6 +168,52 @@ fn take_rows(sink: &mut ArrowSink) -> Result<usize, String> {
         .sum())
 }
 
+fn copy_all(stream: &CopyStream) -> Result<Vec<arrow_array::RecordBatch>, String> {
+    let meta = SnapshotMeta {
+        consistent_point: 0x16B_3748,
+        first_ordinal: 0,
+    };
+    let mut dec = CopyBinaryDecoder::new(Arc::clone(&stream.relation), meta);
+    let mut batches = Vec::new();
+    for chunk in stream.chunks() {
+        dec.feed(chunk).map_err(|e| e.to_string())?;
+        if dec.rows() >= ARROW_BATCH_ROWS {
+            batches.push(dec.take_batch().map_err(|e| e.to_string())?);
+        }
+    }
+    batches.push(dec.finish().map_err(|e| e.to_string())?);
+    Ok(batches)
+}
+
+/// Every row decoded, with the ids and amounts it was generated with.
+fn check_copy(stream: &CopyStream) -> Result<(), String> {
+    let batches = copy_all(stream)?;
+    let mut ids = Vec::new();
+    let mut amounts = Vec::new();
+    for b in &batches {
+        ids.extend(
+            b.column(0)
+                .as_primitive::<Int64Type>()
+                .values()
+                .iter()
+                .copied(),
+        );
+        amounts.extend(
+            b.column(2)
+                .as_primitive::<Decimal128Type>()
+                .values()
+                .iter()
+                .copied(),
+        );
+    }
+    let expected_ids: Vec<i64> = (1..=stream.rows as i64).collect();
+    let expected_amounts: Vec<i128> = stream.amounts.iter().map(|&a| i128::from(a)).collect();
+    if ids != expected_ids || amounts != expected_amounts {
+        return Err("decoded ids or amounts differ from the generated ones".to_owned());
+    }
+    Ok(())
+}
+
 fn bench_one(
     group: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>,
     cap: &Capture,
@@ -230,10 +292,6 @@ fn main() -> ExitCode {
         );
         captures.push(cap);
     }
-    if captures.is_empty() {
-        return ExitCode::SUCCESS;
-    }
-
     let mut c = Criterion::default()
         .sample_size(10)
         .warm_up_time(Duration::from_secs(2))
@@ -257,6 +315,35 @@ fn main() -> ExitCode {
         let mut group = c.benchmark_group("arrow_tables");
         for cap in &captures {
             bench_one(&mut group, cap, arrow_all);
+        }
+        group.finish();
+    }
+    {
+        // Generated only now, so the 56 MB stream and its check do not change the heap the
+        // capture benchmarks above run on.
+        let copy = copy_stream::generate(COPY_ROWS);
+        if let Err(e) = check_copy(&copy) {
+            eprintln!("benches/decode.rs: CopyBinaryDecoder failed on the synthetic stream: {e}");
+            return ExitCode::FAILURE;
+        }
+        eprintln!(
+            "synthetic COPY stream: {} rows, {:.1} MB",
+            copy.rows,
+            copy.data.len() as f64 / 1e6
+        );
+        let mut group = c.benchmark_group("copy_binary");
+        for (unit, throughput) in [
+            ("MB", Throughput::BytesDecimal(copy.data.len() as u64)),
+            ("rows", Throughput::Elements(copy.rows as u64)),
+        ] {
+            group.throughput(throughput);
+            group.bench_function(format!("bench/{unit}"), |b| {
+                b.iter(|| {
+                    if let Ok(batches) = copy_all(black_box(&copy)) {
+                        black_box(batches);
+                    }
+                });
+            });
         }
         group.finish();
     }

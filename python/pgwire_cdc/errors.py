@@ -34,7 +34,8 @@ class DecodeError(Error):
 
     ``message_kind`` names the pgoutput message ("Insert", "Relation", ...), ``offset`` the
     byte inside it where the problem was found, ``index`` the position of the message in a
-    ``feed_many`` call (None for ``feed``).
+    ``feed_many`` call (None for ``feed``). For initial-snapshot data (``CopyDecoder``)
+    ``message_kind`` is "CopyData" and ``offset`` counts from the start of the COPY stream.
     """
 
     def __init__(

@@ -210,7 +210,9 @@ impl CopyBinaryDecoder {
         let result = loop {
             match self.frame(&pending) {
                 Ok(Scan::Incomplete { needed }) => {
-                    let want = needed.saturating_sub(pending.len());
+                    // `needed` always exceeds what the frame has; at least one byte anyway,
+                    // so the loop ends with the chunk whatever a scan says.
+                    let want = needed.saturating_sub(pending.len()).max(1);
                     let (head, tail) = chunk.split_at(want.min(chunk.len()));
                     pending.extend_from_slice(head);
                     chunk = tail;
