@@ -40,6 +40,7 @@ pub fn bench_relation() -> Relation {
         type_oid,
         base_type_oid: type_oid,
         type_modifier,
+        base_type_modifier: type_modifier,
         is_key: name == "id",
     };
     Relation::from_catalog(
