@@ -24,9 +24,11 @@ or before it is in this batch or an earlier one. ``batch.ack()`` is cumulative a
 the server (standby status *flush* position) that the slot may advance to it; nothing
 else ever moves the slot, except that a consumer idle with nothing un-acked lets it follow
 the server's position (a slot on quiet tables must not hold WAL). Un-acked batches come
-again after a restart; acked ones never do. Batches end between transactions only: a
-transaction is never split, so one larger than ``max_batch_rows`` / ``max_batch_bytes``
-makes one larger batch (its rows are held in Arrow builders until its commit).
+again after a restart; acked ones never do. The batch limits hold inside transactions too
+(memory stays bounded): a transaction larger than ``max_batch_rows`` spans batches, and
+only the batch holding its end carries an LSN past it. So if a consumer acks a batch that
+ends inside a transaction and restarts, that transaction comes again in full; no row
+with ``_commit_lsn`` at or below an acked ``batch.lsn`` ever comes again.
 
 Snapshot rows have ``_change_type = 'read'``, ``_lsn = _commit_lsn`` = the consistent
 point and ``_tx_ordinal`` numbering them 0, 1, … in delivery order.
@@ -252,7 +254,9 @@ class _Stream:
         finally:
             self.close()
 
-    def _start_streaming(self, slot: str, start: int) -> None:
+    def _start_streaming(
+        self, slot: str, start: int, skip_through: tuple[int, int] | None = None
+    ) -> None:
         assert self.repl is not None
         self.stream_slot = slot
         self.live = self.repl.start_streaming(
@@ -263,10 +267,10 @@ class _Stream:
             binary=self.binary,
             type_map=self.type_map,
             status_interval_ms=self.status_interval_ms,
+            acked_lsn=self.acked_lsn,
+            skip_through=skip_through,
         )
         self.repl = None
-        if self.acked_lsn > start:
-            self.live.ack(self.acked_lsn)
 
     def _snapshot(self) -> Iterator[Batch]:
         self.repl = self._replication_connection()
@@ -351,6 +355,8 @@ class _Stream:
         until = _parse_lsn(self.o["until_lsn"])
         idle = self.o["idle_timeout"]
         failures = 0
+        assert self.live is not None
+        last_lsn = self.live.delivered_lsn
         while True:
             assert self.live is not None
             try:
@@ -366,10 +372,13 @@ class _Stream:
                 failures += 1
                 self._reconnect(e, failures)
                 continue
-            if segments:
+            if segments or (stop != "pending" and lsn > last_lsn):
+                # A batch without rows still moves the LSN (the end of a transaction whose
+                # rows went out earlier): the consumer acks it like any other.
                 seq = self._next_seq()
                 tables = merge_segments((name, pa.table(s)) for name, s in segments)
                 yield Batch(tables=tables, lsn=lsn, _ack=self._acker(seq, lsn, False))
+                last_lsn = max(last_lsn, lsn)
             if stop in ("until_lsn", "idle"):
                 return
             if self.switch_pending:
@@ -387,6 +396,7 @@ class _Stream:
             raise error
         resume = self.live.delivered_lsn
         acked = self.live.acked_lsn
+        skip = self.live.partial_transaction
         try:
             self.live.close()
         except Exception:
@@ -404,7 +414,7 @@ class _Stream:
             try:
                 self.repl = self._replication_connection()
                 self.acked_lsn = max(self.acked_lsn, acked)
-                self._start_streaming(self.slot, resume)
+                self._start_streaming(self.slot, resume, skip)
                 return
             except SlotError as e:
                 # The old walsender may still hold the slot for a moment.
@@ -425,12 +435,13 @@ class _Stream:
         batch ended."""
         assert self.live is not None
         resume = self.live.delivered_lsn
+        skip = self.live.partial_transaction
         self.acked_lsn = max(self.acked_lsn, self.live.acked_lsn)
         self.live.close()
         self.live = None
         self.switch_pending = False
         self.repl = self._replication_connection()
-        self._start_streaming(self.slot, resume)
+        self._start_streaming(self.slot, resume, skip)
 
     def close(self) -> None:
         for closer in (self.reader, self.live, self.repl):

@@ -3,10 +3,13 @@
 //!
 //! Bookkeeping (all LSNs are WAL positions as u64):
 //! * `boundary`: the end of the last transaction fed completely (its Commit's `end_lsn`),
-//!   or a point the server said it has passed while nothing was open. Batches are cut
-//!   only at boundaries, and a batch's LSN is the boundary: acking a batch confirms
-//!   exactly the transactions in it, so no acked row is ever delivered again (a
-//!   transaction larger than the batch limits makes one larger batch).
+//!   or a point the server said it has passed while nothing was open. A batch's LSN is the
+//!   boundary when it is cut. Batches respect the row, byte and time limits even inside
+//!   a transaction (memory stays bounded); the rows of a transaction that spans batches
+//!   only count as acked once a batch carrying an LSN past its Commit is acked. After a
+//!   restart such a partly acked transaction comes again in full (at-least-once); its
+//!   rows keep their `(_commit_lsn, _tx_ordinal)`, and none has a `_commit_lsn` at or
+//!   below an acked LSN.
 //! * `acked`: the highest batch LSN the consumer acked. It is the only *flush* position
 //!   ever reported to the server — except when the consumer is idle with nothing un-acked:
 //!   then the position the server reports as sent (keepalive `wal_end`) is confirmed too,
@@ -45,6 +48,13 @@ pub struct StartOptions {
     /// Standby status updates are sent at least this often; keep it well inside the
     /// server's `wal_sender_timeout` (60 s by default).
     pub status_interval: Duration,
+    /// The flush position to report until the consumer acks more (what it acked in an
+    /// earlier session of this run, or the slot's confirmed position).
+    pub acked_lsn: u64,
+    /// `(commit_lsn, tx_ordinal)` of the last row an earlier session of this run handed
+    /// out from a transaction it had not finished: resuming at `start_lsn` the server sends
+    /// that transaction again, and its rows up to there are skipped.
+    pub skip_through: Option<(u64, u64)>,
 }
 
 /// When a batch is cut.
@@ -123,6 +133,10 @@ struct Tracker<'a> {
     value_errors: &'a mut Vec<DecodeError>,
     /// The end LSN of a transaction that finished in this message.
     finished: Option<u64>,
+    /// `(commit_lsn, tx_ordinal)` of the last row appended.
+    last_row: &'a mut Option<(u64, u64)>,
+    /// Rows already handed out by an earlier session of this run: skipped.
+    skip_through: Option<(u64, u64)>,
 }
 
 impl EventSink for Tracker<'_> {
@@ -132,6 +146,18 @@ impl EventSink for Tracker<'_> {
             EventRef::StreamCommit(c) => self.finished = Some(c.end_lsn),
             EventRef::CommitPrepared(c) => self.finished = Some(c.end_lsn),
             EventRef::RollbackPrepared(r) => self.finished = Some(r.rollback_end_lsn),
+            EventRef::Insert { .. }
+            | EventRef::Update { .. }
+            | EventRef::Delete { .. }
+            | EventRef::Truncate { .. } => {
+                let row = (meta.commit_lsn.unwrap_or(0), meta.tx_ordinal);
+                if let Some((commit, ordinal)) = self.skip_through {
+                    if row.0 == commit && row.1 <= ordinal {
+                        return Ok(());
+                    }
+                }
+                *self.last_row = Some(row);
+            }
             _ => {}
         }
         match self.sink.event(meta, event) {
@@ -159,6 +185,12 @@ pub struct LiveSession {
     received: u64,
     /// The boundary handed out with the last batch.
     delivered: u64,
+    /// See [`StartOptions::skip_through`].
+    skip_through: Option<(u64, u64)>,
+    /// `(commit_lsn, tx_ordinal)` of the last row appended.
+    last_row: Option<(u64, u64)>,
+    /// The last batch ended inside a transaction, after this row.
+    partial: Option<(u64, u64)>,
     last_status: Instant,
     last_message: Instant,
     last_reply_request: Instant,
@@ -217,7 +249,10 @@ impl LiveSession {
             value_errors: Vec::new(),
             status_interval: options.status_interval,
             boundary: options.start_lsn,
-            acked: options.start_lsn,
+            acked: options.acked_lsn,
+            skip_through: options.skip_through,
+            last_row: None,
+            partial: None,
             idle_confirmed: 0,
             received: options.start_lsn,
             delivered: options.start_lsn,
@@ -247,6 +282,12 @@ impl LiveSession {
 
     pub fn acked_lsn(&self) -> u64 {
         self.acked
+    }
+
+    /// The last row handed out, when the last batch ended inside a transaction (see
+    /// [`StartOptions::skip_through`]).
+    pub fn partial_transaction(&self) -> Option<(u64, u64)> {
+        self.partial
     }
 
     fn flush_position(&self) -> u64 {
@@ -300,6 +341,14 @@ impl LiveSession {
             return Err(LiveError::Values { first, count });
         }
         let segments = self.sink.take()?;
+        if self.decoder.in_transaction() {
+            // Cut inside a transaction: rows up to `last_row` are out.
+            if self.last_row.is_some() {
+                self.partial = self.last_row;
+            }
+        } else {
+            self.partial = None;
+        }
         self.batch_started = None;
         self.batch_bytes = 0;
         self.delivered = self.delivered.max(self.boundary);
@@ -324,19 +373,19 @@ impl LiveSession {
         }
         loop {
             let now = Instant::now();
-            // Batches end between transactions only, so that acking a batch acks every
-            // row in it (a transaction larger than the limits makes one larger batch).
-            let at_boundary = !self.decoder.in_transaction();
-            if at_boundary
-                && (self.sink.rows() >= limits.max_rows.max(1)
-                    || self.batch_bytes >= limits.max_bytes)
-            {
+            // The limits bound every batch, also inside a transaction: the rows of a large
+            // transaction span batches, and only the batch holding its Commit carries an
+            // LSN past it (see the module documentation).
+            if self.sink.rows() >= limits.max_rows.max(1) || self.batch_bytes >= limits.max_bytes {
                 return self.cut(Stop::Full);
             }
             if let Some(started) = self.batch_started {
-                if at_boundary
-                    && now.duration_since(started) >= limits.max_wait
-                    && self.sink.rows() > 0
+                // A batch with no rows is cut too when it moves the LSN (the end of a
+                // transaction whose rows went out in earlier batches): the consumer must
+                // get to ack it.
+                let moves_lsn = self.boundary > self.delivered && !self.decoder.in_transaction();
+                if now.duration_since(started) >= limits.max_wait
+                    && (self.sink.rows() > 0 || moves_lsn)
                 {
                     return self.cut(Stop::Waited);
                 }
@@ -435,6 +484,8 @@ impl LiveSession {
                         sink: &mut self.sink,
                         value_errors: &mut self.value_errors,
                         finished: None,
+                        last_row: &mut self.last_row,
+                        skip_through: self.skip_through,
                     };
                     self.decoder
                         .feed(data, wal_start, &mut tracker)

@@ -180,7 +180,7 @@ impl PyReplicationConnection {
     /// Turns this connection into a streaming session (the connection is used up).
     #[pyo3(signature = (slot, start_lsn, publication_names, *, proto_version, binary,
                         messages = true, streaming = true, status_interval_ms = 10_000,
-                        type_map = HashMap::new()))]
+                        type_map = HashMap::new(), acked_lsn = 0, skip_through = None))]
     #[allow(clippy::too_many_arguments)]
     fn start_streaming(
         &self,
@@ -194,6 +194,8 @@ impl PyReplicationConnection {
         streaming: bool,
         status_interval_ms: u64,
         type_map: HashMap<u32, (u32, i32)>,
+        acked_lsn: u64,
+        skip_through: Option<(u64, u64)>,
     ) -> PyResult<PyLiveStream> {
         if !(1..=4).contains(&proto_version) {
             return Err(PyValueError::new_err("proto_version must be 1 to 4"));
@@ -210,6 +212,8 @@ impl PyReplicationConnection {
             messages,
             streaming,
             status_interval: Duration::from_millis(status_interval_ms.max(100)),
+            acked_lsn,
+            skip_through,
         };
         let types = type_map.into_iter().map(|(oid, (base, modifier))| {
             (
@@ -369,6 +373,13 @@ impl PyLiveStream {
     #[getter]
     fn acked_lsn(&self, py: Python<'_>) -> PyResult<u64> {
         Ok(locked(py, &self.session)?.acked_lsn())
+    }
+
+    /// `(commit_lsn, tx_ordinal)` of the last row handed out when the last batch ended
+    /// inside a transaction, else None: a resumed session skips those rows.
+    #[getter]
+    fn partial_transaction(&self, py: Python<'_>) -> PyResult<Option<(u64, u64)>> {
+        Ok(locked(py, &self.session)?.partial_transaction())
     }
 
     /// Reports the acked position and ends the stream.
