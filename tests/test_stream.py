@@ -271,3 +271,28 @@ def test_user_types_in_binary_snapshot_and_stream(db: Database) -> None:
     assert b.select(["id", "m", "amt", "moods"]).to_pylist() == [
         {"id": 3, "m": "happy", "amt": Decimal("-0.01"), "moods": ["ok", None]},
     ]
+
+
+def test_slow_consumer_keeps_the_connection(
+    db: Database, workload: Workload, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A consumer busy longer than wal_sender_timeout between batches: status updates
+    still reach the server, so the walsender does not time the connection out."""
+    db.conn.execute("ALTER SYSTEM SET wal_sender_timeout = '1s'")
+    db.conn.execute("SELECT pg_reload_conf()")
+    try:
+        consume(db)
+        workload.run(5)
+        stream = pgwire_cdc.stream(db.dsn, publication="pub", slot="s1", idle_timeout=5)
+        first = next(stream)
+        first.ack()
+        time.sleep(3.5)  # "processing" the batch
+        workload.run(5)
+        second = next(stream)
+        second.ack()
+        stream.close()  # type: ignore[attr-defined]
+        assert second.lsn > first.lsn
+        assert "replication connection lost" not in caplog.text
+    finally:
+        db.conn.execute("ALTER SYSTEM RESET wal_sender_timeout")
+        db.conn.execute("SELECT pg_reload_conf()")

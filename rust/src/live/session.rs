@@ -307,6 +307,20 @@ impl LiveSession {
         Ok(())
     }
 
+    /// Sends a status update if none went out for `status_interval`: called from a
+    /// keeper thread while the consumer works on a batch (nobody polls then), so the
+    /// server's `wal_sender_timeout` does not end the connection under a slow consumer.
+    pub fn keep_alive(&mut self) -> Result<(), LiveError> {
+        if self.stream.is_some() && self.last_status.elapsed() >= self.status_interval {
+            self.send_status(false)?;
+        }
+        Ok(())
+    }
+
+    pub fn status_interval(&self) -> Duration {
+        self.status_interval
+    }
+
     /// The consumer made everything up to `lsn` durable (a batch LSN): the slot may
     /// advance there. Reported to the server at once.
     pub fn ack(&mut self, lsn: u64) -> Result<(), LiveError> {

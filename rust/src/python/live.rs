@@ -3,7 +3,7 @@
 //! the orchestration (which slot, which snapshot, when to reconnect) is Python's.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
@@ -228,9 +228,10 @@ impl PyReplicationConnection {
         let session = py
             .detach(|| LiveSession::start(conn, &options, types))
             .map_err(|e| live_error(py, &e))?;
-        Ok(PyLiveStream {
-            session: Mutex::new(session),
-        })
+        let interval = session.status_interval();
+        let session = Arc::new(Mutex::new(session));
+        spawn_keeper(Arc::downgrade(&session), interval);
+        Ok(PyLiveStream { session })
     }
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {
@@ -319,7 +320,31 @@ impl PySnapshotReader {
 /// A streaming session.
 #[pyclass(frozen, module = "pgwire_cdc._native", name = "LiveStream")]
 pub struct PyLiveStream {
-    session: Mutex<LiveSession>,
+    session: Arc<Mutex<LiveSession>>,
+}
+
+/// Keeps the replication connection alive while the consumer is busy with a batch: every
+/// half status interval, if the session is not being polled (the lock is free), it sends
+/// a status update when one is due. Ends with the session (or on its first error: the
+/// next poll reports the broken connection).
+fn spawn_keeper(session: Weak<Mutex<LiveSession>>, interval: Duration) {
+    let tick = (interval / 2).max(Duration::from_millis(50));
+    let _ = std::thread::Builder::new()
+        .name("pgwire-cdc-keepalive".to_owned())
+        .spawn(move || loop {
+            std::thread::sleep(tick);
+            let Some(session) = session.upgrade() else {
+                return;
+            };
+            let mut session = match session.try_lock() {
+                Ok(guard) => guard,
+                Err(TryLockError::WouldBlock) => continue,
+                Err(TryLockError::Poisoned(_)) => return,
+            };
+            if session.keep_alive().is_err() {
+                return;
+            }
+        });
 }
 
 #[pymethods]
