@@ -79,13 +79,14 @@ METADATA = ("_change_type", "_lsn", "_commit_lsn", "_tx_ordinal", "_commit_ts", 
 # -- the snapshot side -------------------------------------------------------------------
 
 
-def base_type(conn: psycopg.Connection[Any], type_oid: int) -> int:
-    """The OID the live stream resolves a column type to (`catalog.type_map`, which it
-    hands to the decoder): a domain's base type, text for enums and citext, else the type
-    itself."""
+def base_type(conn: psycopg.Connection[Any], type_oid: int, typmod: int) -> tuple[int, int]:
+    """The type and modifier the live stream resolves a column to (`catalog.type_map`,
+    which it hands to the decoder): a domain's base type with the domain's modifier, text
+    for enums and citext, else the type itself with the column's modifier."""
     if type_oid < 16384:
-        return type_oid
-    return catalog.type_map(conn, [type_oid]).get(type_oid, (type_oid, -1))[0]
+        return type_oid, typmod
+    base, base_typmod = catalog.type_map(conn, [type_oid]).get(type_oid, (type_oid, -1))
+    return base, typmod if typmod != -1 else base_typmod
 
 
 #: Published columns in attnum order, with the replica-identity flag pgoutput sets.
@@ -122,8 +123,9 @@ def catalog_decoder(
         (table,),
     ).fetchone()  # type: ignore[misc]
     columns = [
-        (name_, type_oid, base_type(conn, type_oid), typmod, is_key)
+        (name_, type_oid, base, typmod, base_typmod, is_key)
         for name_, type_oid, typmod, is_key in conn.execute(CATALOG_COLUMNS, (table,))
+        for base, base_typmod in [base_type(conn, type_oid, typmod)]
     ]
     if drop_last_column:
         columns.pop()
@@ -341,7 +343,7 @@ def test_unexpected_argument_values(db: Database) -> None:
     with pytest.raises(ValueError, match="replica_identity"):
         _native.CopyDecoder(1, "public", "t", "x", [], 0)
     with pytest.raises(OverflowError):
-        _native.CopyDecoder(1, "public", "t", "d", [("a", -1, 23, -1, False)], 0)
+        _native.CopyDecoder(1, "public", "t", "d", [("a", -1, 23, -1, -1, False)], 0)
 
 
 # -- 5: values Arrow cannot hold ---------------------------------------------------------

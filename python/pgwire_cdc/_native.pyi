@@ -59,9 +59,9 @@ class CopyDecoder:
         namespace: str,
         name: str,
         replica_identity: str,
-        # (name, type_oid, base_type_oid, type_modifier, is_key), published columns in
-        # attnum order
-        columns: Sequence[tuple[str, int, int, int, bool]],
+        # (name, type_oid, base_type_oid, type_modifier, base_type_modifier, is_key),
+        # published columns in attnum order (pgwire_cdc.catalog.ColumnInfo)
+        columns: Sequence[tuple[str, int, int, int, int, bool]],
         consistent_point: int,
         first_ordinal: int = 0,
     ) -> None: ...

@@ -473,7 +473,6 @@ impl LiveSession {
                     {
                         // The server has passed `until` and nothing is open: every
                         // transaction committed before it has been received.
-                        self.boundary = self.boundary.max(self.delivered);
                         return self.cut(Stop::UntilLsn);
                     }
                 }

@@ -17,15 +17,14 @@ use crate::live::snapshot::{
 };
 use crate::live::{BatchLimits, LiveSession, StartOptions};
 use crate::pg::{ConnParams, Connection, SnapshotAction};
-use crate::relation::{BaseType, Column, Relation};
+use crate::relation::BaseType;
 
 use super::arrow::PyArrowStream;
 use super::errors::{decode_error, pg_error, pgwire_error, rejected_rows_error};
+use super::snapshot::{catalog_relation, CatalogColumn};
 
-/// `(name, type_oid, base_type_oid, type_modifier, base_type_modifier, is_key)`.
-type ColumnSpec = (String, u32, u32, i32, i32, bool);
 /// `(oid, schema, table, replica_identity, columns, copy_sql)`.
-type TaskSpec = (u32, String, String, String, Vec<ColumnSpec>, String);
+type TaskSpec = (u32, String, String, String, Vec<CatalogColumn>, String);
 type SegmentsOut = Vec<(String, PyArrowStream)>;
 
 fn live_error(py: Python<'_>, e: &LiveError) -> PyErr {
@@ -155,13 +154,15 @@ impl PyReplicationConnection {
     ) -> PyResult<PySnapshotReader> {
         let tasks = tasks
             .into_iter()
-            .map(
-                |(oid, namespace, name, identity, columns, sql)| SnapshotTask {
-                    relation: Arc::new(relation(oid, namespace, name, &identity, columns)),
+            .map(|(oid, namespace, name, identity, columns, sql)| {
+                Ok(SnapshotTask {
+                    relation: Arc::new(catalog_relation(
+                        oid, &namespace, &name, &identity, columns,
+                    )?),
                     sql,
-                },
-            )
-            .collect();
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
         let config = SnapshotConfig {
             snapshot_name,
             consistent_point,
@@ -239,37 +240,6 @@ impl PyReplicationConnection {
             py.detach(|| conn.close());
         }
         Ok(())
-    }
-}
-
-fn relation(
-    oid: u32,
-    namespace: String,
-    name: String,
-    identity: &str,
-    columns: Vec<ColumnSpec>,
-) -> Relation {
-    Relation {
-        oid,
-        qualified_name: format!("{namespace}.{name}"),
-        namespace,
-        name,
-        replica_identity: identity.bytes().next().unwrap_or(b'd'),
-        columns: columns
-            .into_iter()
-            .map(
-                |(name, type_oid, base_type_oid, type_modifier, base_type_modifier, is_key)| {
-                    Column {
-                        name,
-                        type_oid,
-                        base_type_oid,
-                        type_modifier,
-                        base_type_modifier,
-                        is_key,
-                    }
-                },
-            )
-            .collect(),
     }
 }
 

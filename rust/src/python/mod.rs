@@ -15,10 +15,7 @@ use pyo3::prelude::*;
 /// decoded; other types need the text format.
 #[pyfunction]
 fn binary_decodable(oid: u32) -> bool {
-    !matches!(
-        crate::values::PgType::from_oid(oid, -1),
-        crate::values::PgType::Unknown(_)
-    )
+    crate::values::PgType::from_oid(oid, -1).is_known()
 }
 
 #[pymodule]

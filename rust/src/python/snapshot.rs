@@ -13,9 +13,45 @@ use crate::snapshot::{select_list, CopyBinaryDecoder, SnapshotError, SnapshotMet
 use super::arrow::PyArrowStream;
 use super::errors::{decode_error, rejected_rows_error};
 
-/// A column as the catalog describes it: (name, type_oid, base_type_oid, type_modifier,
-/// is_key).
-type CatalogColumn = (String, u32, u32, i32, bool);
+/// A column as the catalog describes it (`pgwire_cdc.catalog.ColumnInfo`): (name,
+/// type_oid, base_type_oid, type_modifier, base_type_modifier, is_key).
+pub type CatalogColumn = (String, u32, u32, i32, i32, bool);
+
+/// A relation from the catalog's description (the snapshot's; the stream's comes from
+/// Relation messages, resolved with the same type map).
+pub fn catalog_relation(
+    table_oid: u32,
+    namespace: &str,
+    name: &str,
+    replica_identity: &str,
+    columns: Vec<CatalogColumn>,
+) -> PyResult<Relation> {
+    let identity = match replica_identity.as_bytes() {
+        [b @ (b'd' | b'n' | b'f' | b'i')] => *b,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "replica_identity must be one of 'd', 'n', 'f', 'i' \
+                 (pg_class.relreplident), got {replica_identity:?}"
+            )))
+        }
+    };
+    let columns = columns
+        .into_iter()
+        .map(
+            |(name, type_oid, base_type_oid, type_modifier, base_type_modifier, is_key)| Column {
+                name,
+                type_oid,
+                base_type_oid,
+                type_modifier,
+                base_type_modifier,
+                is_key,
+            },
+        )
+        .collect();
+    Ok(Relation::from_catalog(
+        table_oid, namespace, name, identity, columns,
+    ))
+}
 
 #[pyclass(frozen, module = "pgwire_cdc._native", name = "CopyDecoder")]
 pub struct PyCopyDecoder {
@@ -72,29 +108,7 @@ impl PyCopyDecoder {
         consistent_point: u64,
         first_ordinal: u64,
     ) -> PyResult<Self> {
-        let identity = match replica_identity.as_bytes() {
-            [b @ (b'd' | b'n' | b'f' | b'i')] => *b,
-            _ => {
-                return Err(PyValueError::new_err(format!(
-                    "replica_identity must be one of 'd', 'n', 'f', 'i' \
-                     (pg_class.relreplident), got {replica_identity:?}"
-                )))
-            }
-        };
-        let columns = columns
-            .into_iter()
-            .map(
-                |(name, type_oid, base_type_oid, type_modifier, is_key)| Column {
-                    base_type_modifier: type_modifier,
-                    name,
-                    type_oid,
-                    base_type_oid,
-                    type_modifier,
-                    is_key,
-                },
-            )
-            .collect();
-        let relation = Relation::from_catalog(table_oid, namespace, name, identity, columns);
+        let relation = catalog_relation(table_oid, namespace, name, replica_identity, columns)?;
         let meta = SnapshotMeta {
             consistent_point,
             first_ordinal,

@@ -45,10 +45,7 @@ use crate::values::PgType;
 /// Whether the decoder reads a column's field as UTF-8 text: its type has no binary parser,
 /// so the query selects it as `::text`.
 pub fn reads_as_text(column: &Column) -> bool {
-    matches!(
-        PgType::from_oid(column.base_type_oid, column.type_modifier),
-        PgType::Unknown(_)
-    )
+    !PgType::from_oid(column.base_type_oid, column.base_type_modifier).is_known()
 }
 
 /// The SELECT list of a relation's snapshot query: its columns in order, quoted, with

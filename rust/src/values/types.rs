@@ -273,6 +273,12 @@ impl PgType {
         Self::Unknown(oid)
     }
 
+    /// Whether the value layer parses this type (both formats); an unknown type is only
+    /// readable as text.
+    pub fn is_known(self) -> bool {
+        !matches!(self, Self::Unknown(_))
+    }
+
     /// The type name for messages (`int4`, `_int4` for arrays, `unknown`).
     pub fn name(self) -> &'static str {
         match self {
