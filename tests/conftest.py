@@ -4,6 +4,8 @@
 - `pg`: parametrized over both servers (ids ``pg15`` / ``pg18``).
 - `db`: a fresh database on `pg` with an autocommit psycopg 3 connection; dropped afterwards
   (together with its replication slots and prepared transactions).
+- `spark`: one local Spark session (UTC, Arrow on) for the whole run, started the first
+  time a test asks.
 
 Tests that use a server are marked ``server`` automatically, so ``pytest -m "not server"``
 runs only the offline suites.
@@ -78,6 +80,32 @@ def db(pg: PgCluster) -> Iterator[Database]:
     finally:
         conn.close()
         pg.drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A real local Spark session (PySpark 4, the JVM from the machine's Java 17)."""
+    import os
+
+    from pgwire_cdc.spark import session
+
+    # Python workers run this interpreter (the venv with pgwire_cdc installed).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    spark = session(
+        "pgwire_cdc-tests",
+        "local[2]",
+        **{
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.driver.memory": "2g",
+        },
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        yield spark
+    finally:
+        spark.stop()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -165,6 +165,12 @@ class PgReplicationStream:
 def binary_decodable(oid: int) -> bool:
     """Whether binary-format values of this (built-in or resolved) type OID decode."""
 
+def apply_changes(
+    base: object, changes: object, key_columns: list[str] | None
+) -> tuple[ArrowStream, dict[str, int]]:
+    """The mirror table ``base`` after the change table ``changes`` (both Arrow streams):
+    rows matched on ``key_columns``, or as a multiset of whole rows when ``None``."""
+
 _ColumnSpec = tuple[str, int, int, int, int, bool]
 _TaskSpec = tuple[int, str, str, str, list[_ColumnSpec], str]
 

@@ -88,3 +88,8 @@ class SlotError(Error):
 # catches it either way.
 class ConnectionError(Error, builtins.ConnectionError):
     """The connection to PostgreSQL failed or was lost."""
+
+
+class MirrorError(Error):
+    """A mirror cannot apply a change table (its columns do not fit the mirror's table, or
+    its stored state is damaged). The message says which table and what to do."""

@@ -483,11 +483,25 @@ class PgCluster:
             for (gid,) in gids:
                 conn.execute(f"ROLLBACK PREPARED '{gid}'")
         with self.connect() as conn:
-            conn.execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
-                " WHERE database = %s AND NOT active",
-                (name,),
-            )
+            # A walsender that a client just left may still hold its slot for a moment.
+            deadline = time.monotonic() + 10
+            while True:
+                conn.execute(
+                    "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+                    " WHERE database = %s AND active_pid IS NOT NULL",
+                    (name,),
+                )
+                conn.execute(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                    " WHERE database = %s AND NOT active",
+                    (name,),
+                )
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_replication_slots WHERE database = %s", (name,)
+                ).fetchone()
+                if not row or not row[0] or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     def __repr__(self) -> str:

@@ -1,16 +1,133 @@
-"""Spark hand-off: change tables to Spark DataFrames through Arrow."""
+"""Spark hand-off: change tables to Spark DataFrames through Arrow.
+
+``createDataFrame`` takes the ``pyarrow.Table`` itself (PySpark 4), with an explicit Spark
+schema built from the Arrow schema, so every type lands where it belongs rather than where
+Spark's inference would put it:
+
+==============================  ===============================================
+Arrow (CONTRACT section 5)      Spark
+==============================  ===============================================
+bool, int16/32/64               boolean, short, int, long
+float32 / float64               float, double (NaN and ±Infinity kept)
+decimal128(p, s)                decimal(p, s)
+string (also dictionary)        string
+binary                          binary
+date32                          date
+time64[us]                      time(6) (``to_spark`` turns on
+                                ``spark.sql.timeType.enabled`` when needed)
+timestamp[us]                   timestamp_ntz (wall-clock time, no zone)
+timestamp[us, tz=UTC]           timestamp (an instant; shown in the session time
+                                zone, so run Spark with ``spark.sql.session.timeZone
+                                = UTC`` to see PostgreSQL's UTC values as they are)
+struct (interval, ``_before``)  struct of the same fields
+list<T>                         array<T>
+==============================  ===============================================
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.types as pat
+
+from .errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructType
+
+
+def spark_type(arrow: pa.DataType) -> DataType:
+    """The Spark type of an Arrow type of a change table."""
+    from pyspark.sql import types as T
+
+    if pat.is_dictionary(arrow):
+        return spark_type(arrow.value_type)
+    simple: list[tuple[Any, Any]] = [
+        (pat.is_boolean, T.BooleanType),
+        (pat.is_int8, T.ByteType),
+        (pat.is_int16, T.ShortType),
+        (pat.is_int32, T.IntegerType),
+        (pat.is_int64, T.LongType),
+        (pat.is_float32, T.FloatType),
+        (pat.is_float64, T.DoubleType),
+        (pat.is_string, T.StringType),
+        (pat.is_large_string, T.StringType),
+        (pat.is_binary, T.BinaryType),
+        (pat.is_large_binary, T.BinaryType),
+        (pat.is_date32, T.DateType),
+    ]
+    for test, make in simple:
+        if test(arrow):
+            made: DataType = make()
+            return made
+    if pat.is_decimal(arrow):
+        return T.DecimalType(arrow.precision, arrow.scale)
+    if pat.is_timestamp(arrow):
+        return T.TimestampType() if arrow.tz is not None else T.TimestampNTZType()
+    if pat.is_time64(arrow):
+        time_type = getattr(T, "TimeType", None)
+        if time_type is None:
+            raise ConfigError("time columns need PySpark 4.1 or later (Spark's TIME type)")
+        return time_type(6)  # type: ignore[no-any-return]
+    if pat.is_struct(arrow):
+        return T.StructType([T.StructField(f.name, spark_type(f.type), True) for f in arrow])
+    if pat.is_list(arrow) or pat.is_large_list(arrow):
+        return T.ArrayType(spark_type(arrow.value_type), True)
+    raise ConfigError(f"no Spark type for the Arrow type {arrow}")
+
+
+def spark_schema(schema: pa.Schema) -> StructType:
+    """The Spark schema of a change table (or mirror table); every column nullable."""
+    from pyspark.sql import types as T
+
+    return T.StructType([T.StructField(f.name, spark_type(f.type), True) for f in schema])
+
+
+TIME_TYPE_CONF = "spark.sql.timeType.enabled"
+
+
+def _has_time(arrow: pa.DataType) -> bool:
+    if pat.is_time(arrow):
+        return True
+    if pat.is_struct(arrow):
+        return any(_has_time(f.type) for f in arrow)
+    if pat.is_list(arrow) or pat.is_large_list(arrow):
+        return _has_time(arrow.value_type)
+    return False
+
+
+def enable_time_type(spark: SparkSession, tables: dict[str, pa.Table]) -> None:
+    """Spark 4.1+ has a TIME type behind ``spark.sql.timeType.enabled``; a change table
+    with a time column needs it on (it is a runtime setting of the session)."""
+    if any(_has_time(f.type) for t in tables.values() for f in t.schema):
+        if spark.conf.get(TIME_TYPE_CONF, "false") != "true":
+            spark.conf.set(TIME_TYPE_CONF, "true")
 
 
 def to_spark(spark: SparkSession, tables: dict[str, pa.Table]) -> dict[str, DataFrame]:
     """One DataFrame per change table: ``createDataFrame`` straight from the Arrow table
-    (PySpark 4 takes ``pyarrow.Table``; no pandas, no per-row Python)."""
-    return {name: spark.createDataFrame(table) for name, table in tables.items()}
+    with its exact Spark schema (no pandas, no per-row Python)."""
+    enable_time_type(spark, tables)
+    return {
+        name: spark.createDataFrame(table, schema=spark_schema(table.schema))
+        for name, table in tables.items()
+    }
+
+
+def session(app_name: str = "pgwire_cdc", master: str = "local[*]", **conf: str) -> SparkSession:
+    """A Spark session set up the way the hand-off expects: UTC session time zone, Arrow
+    transfers and the TIME type on. Extra ``conf`` entries are passed through."""
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config(TIME_TYPE_CONF, "true")
+    )
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

@@ -12,6 +12,7 @@
 //! * [`pg`]: a synchronous PostgreSQL client (TLS, SCRAM, replication protocol, COPY);
 //! * [`snapshot`]: `COPY … (FORMAT BINARY)` rows into change tables;
 //! * [`live`]: the streaming session and the parallel initial snapshot of `stream()`;
+//! * [`mirror`]: applying change tables to a copy of the source table (the Spark mirror);
 //! * `python` (feature `python`): the PyO3 binding, `pgwire_cdc._native`.
 
 pub mod arrow;
@@ -20,6 +21,7 @@ pub mod error;
 pub mod event;
 pub mod live;
 pub mod lsn;
+pub mod mirror;
 pub mod pg;
 pub mod protocol;
 pub mod relation;

@@ -6,6 +6,7 @@ mod decoder;
 mod errors;
 mod event;
 mod live;
+mod mirror;
 mod pg;
 mod snapshot;
 
@@ -29,6 +30,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<live::PySnapshotReader>()?;
     m.add_class::<live::PyLiveStream>()?;
     m.add_function(wrap_pyfunction!(binary_decodable, m)?)?;
+    m.add_function(wrap_pyfunction!(mirror::apply_changes, m)?)?;
     m.add_class::<pg::PyPgConnection>()?;
     m.add_class::<pg::PyPgReplicationStream>()?;
     m.add(

@@ -1,0 +1,78 @@
+//! `_native.apply_changes`: the mirror's apply step (see `crate::mirror`) for Python.
+//!
+//! Arrow comes in through the Arrow PyCapsule interface (`__arrow_c_stream__`, which
+//! `pyarrow.Table` implements), so no value is copied on the way in, and goes out the same
+//! way as a [`PyArrowStream`].
+
+use std::sync::Arc;
+
+use arrow_array::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
+use arrow_array::{RecordBatch, RecordBatchReader};
+use arrow_schema::{Schema, SchemaRef};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict};
+
+use super::arrow::PyArrowStream;
+use super::errors::pgwire_error;
+use crate::mirror::{apply_changes as apply, ApplyError, KeyMode};
+
+/// The batches of an object with `__arrow_c_stream__` (a `pyarrow.Table`, for example).
+fn import_batches(obj: &Bound<'_, PyAny>) -> PyResult<(SchemaRef, Vec<RecordBatch>)> {
+    let capsule = obj
+        .call_method0("__arrow_c_stream__")?
+        .cast_into::<PyCapsule>()?;
+    let pointer = capsule.pointer_checked(Some(c"arrow_array_stream"))?;
+    // SAFETY: a capsule named "arrow_array_stream" holds an `FFI_ArrowArrayStream` (the
+    // Arrow PyCapsule interface). `from_raw` moves the stream out and leaves a released
+    // one behind, which the capsule's destructor then leaves alone.
+    let stream = unsafe { FFI_ArrowArrayStream::from_raw(pointer.as_ptr().cast()) };
+    let reader = ArrowArrayStreamReader::try_new(stream)
+        .map_err(|e| PyValueError::new_err(format!("not a readable Arrow stream: {e}")))?;
+    let schema = reader.schema();
+    let batches = reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| PyValueError::new_err(format!("reading an Arrow stream: {e}")))?;
+    Ok((schema, batches))
+}
+
+/// `apply_changes(base, changes, key_columns) -> (ArrowStream, stats)`: the mirror table
+/// `base` after applying the change table `changes`. `key_columns` names the columns rows
+/// are matched on (one row per key); `None` matches whole rows as a multiset.
+#[pyfunction]
+#[pyo3(signature = (base, changes, key_columns))]
+pub fn apply_changes<'py>(
+    py: Python<'py>,
+    base: &Bound<'py, PyAny>,
+    changes: &Bound<'py, PyAny>,
+    key_columns: Option<Vec<String>>,
+) -> PyResult<(PyArrowStream, Bound<'py, PyDict>)> {
+    let (schema, base_batches) = import_batches(base)?;
+    let (_, change_batches) = import_batches(changes)?;
+    // Field metadata plays no part in matching; the output keeps the base schema.
+    let schema: SchemaRef = Arc::new(Schema::clone(&schema));
+    let key = match key_columns {
+        None => KeyMode::Multiset,
+        Some(names) => KeyMode::Unique(
+            names
+                .iter()
+                .map(|n| {
+                    schema.index_of(n).map_err(|_| {
+                        PyValueError::new_err(format!("key column {n:?} is not in the table"))
+                    })
+                })
+                .collect::<PyResult<_>>()?,
+        ),
+    };
+    let (batch, stats) = py
+        .detach(|| apply(&schema, &base_batches, &change_batches, &key))
+        .map_err(|e: ApplyError| pgwire_error(py, "MirrorError", &e.to_string()))?;
+    let out = PyDict::new(py);
+    out.set_item("inserted", stats.inserted)?;
+    out.set_item("updated", stats.updated)?;
+    out.set_item("deleted", stats.deleted)?;
+    out.set_item("truncated", stats.truncated)?;
+    out.set_item("missing_rows", stats.missing_rows)?;
+    out.set_item("unknown_values", stats.unknown_values)?;
+    Ok((PyArrowStream::new(schema, vec![batch]), out))
+}
