@@ -1,0 +1,359 @@
+"""A Spark Structured Streaming source: ``spark.readStream.format("pgwire_cdc")``.
+
+PySpark's Python Data Source API (PySpark 4). Register it once per session::
+
+    from pgwire_cdc.spark_source import register
+    register(spark)
+    (spark.readStream.format("pgwire_cdc")
+        .option("dsn", dsn).option("publication", "pub").option("slot", "spark_slot")
+        .option("table", "public.orders")
+        .load()
+        .writeStream.foreachBatch(apply_batch)
+        .option("checkpointLocation", "/data/chk/orders")
+        .trigger(availableNow=True).start())
+
+Rows are the change table of ``table`` (CONTRACT section 3, Spark types as in
+:mod:`pgwire_cdc.spark`).
+
+Offsets and exact replay
+------------------------
+An offset is ``{"lsn": N}``. The micro-batch between offsets ``start`` and ``end`` holds
+exactly the changes of the transactions whose commit LSN is in ``[start, end)``: the
+reader streams the slot up to ``end`` and drops everything outside the range, and the slot
+only moves in :meth:`commit` (``pg_replication_slot_advance`` to ``end``, once Spark has
+made the batch durable). So a batch that fails, or a query restarted from its checkpoint,
+reads the very same rows again. ``latestOffset`` is the server's current WAL position
+(with ``Trigger.AvailableNow``: the position when the query started).
+
+The initial snapshot
+--------------------
+With ``snapshot`` (default ``true``) and no slot yet, the first ``latestOffset`` takes the
+initial snapshot through :func:`pgwire_cdc.stream` and stages the table's ``read`` rows as
+Parquet files in ``snapshot_dir`` (default: ``<temp dir>/pgwire_cdc_snapshots/<slot>``;
+give a durable path in production). The first micro-batch, ``{"lsn": -1}`` to the
+consistent point, reads those files, so it replays exactly too. The staged files can be
+deleted once that batch is committed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from . import _native, admin, catalog, session
+from .errors import ConfigError, SlotError
+from .lsn import int_to_lsn, lsn_to_int
+from .spark import spark_schema
+from .tables import METADATA_COLUMNS
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+try:
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceStreamReader,
+        InputPartition,
+    )
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError as e:  # pragma: no cover - pyspark is an optional dependency
+    raise ImportError(
+        "pgwire_cdc.spark_source needs PySpark 4.1 or later: pip install 'pgwire-cdc[spark]'"
+    ) from e
+
+#: The offset before the initial snapshot.
+BEFORE_SNAPSHOT = -1
+DONE_MARKER = "_DONE.json"
+
+
+class _Options:
+    def __init__(self, options: dict[str, str]) -> None:
+        def need(name: str) -> str:
+            value = options.get(name)
+            if not value:
+                raise ConfigError(f'the pgwire_cdc source needs .option("{name}", ...)')
+            return value
+
+        self.dsn = need("dsn")
+        self.publication = need("publication")
+        self.slot = need("slot")
+        self.table = need("table")
+        self.binary = options.get("binary", "true").lower() == "true"
+        self.snapshot = options.get("snapshot", "true").lower() == "true"
+        self.max_batch_rows = int(options.get("max_batch_rows", "100000"))
+        self.snapshot_dir = Path(
+            options.get("snapshot_dir")
+            or os.path.join(tempfile.gettempdir(), "pgwire_cdc_snapshots", self.slot)
+        )
+
+
+def change_table_schema(conn: psycopg.Connection[Any], publication: str, table: str) -> pa.Schema:
+    """The Arrow schema of ``table``'s change table (as the stream and snapshot build it)."""
+    infos = {t.qualified: t for t in catalog.published_tables(conn, publication)}
+    info = infos.get(table)
+    if info is None:
+        raise ConfigError(
+            f"table {table!r} is not in publication {publication!r} (it has: "
+            f"{', '.join(sorted(infos)) or 'no tables'}); add it with ALTER PUBLICATION "
+            f"{publication} ADD TABLE {table}"
+        )
+    columns = [
+        (c.name, c.type_oid, c.base_type_oid, c.type_modifier, c.base_type_modifier, c.is_key)
+        for c in info.columns
+    ]
+    decoder = _native.CopyDecoder(
+        info.oid, info.schema, info.name, info.replica_identity, columns, 0
+    )
+    # An empty COPY BINARY stream (signature, flags, header extension, trailer): the
+    # decoder's empty change table has the schema.
+    decoder.feed(b"PGCOPY\n\xff\r\n\x00" + bytes(8) + b"\xff\xff")
+    return pa.table(decoder.finish()).schema
+
+
+class PgwireCdcDataSource(DataSource):
+    """``format("pgwire_cdc")``: options ``dsn``, ``publication``, ``slot``, ``table``;
+    optional ``binary``, ``snapshot``, ``snapshot_dir``, ``max_batch_rows``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pgwire_cdc"
+
+    def schema(self) -> Any:
+        o = _Options(dict(self.options))
+        with psycopg.connect(o.dsn, autocommit=True) as conn:
+            return spark_schema(change_table_schema(conn, o.publication, o.table))
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return PgwireCdcStreamReader(_Options(dict(self.options)), schema)
+
+
+class _Range(InputPartition):
+    def __init__(self, start: int, end: int, file: str | None = None) -> None:
+        super().__init__((start, end, file))
+        self.start = start
+        self.end = end
+        self.file = file
+
+
+class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: _Options, schema: Any) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self.o = options
+        self.available_now: int | None = None
+        # What Spark expects of read()'s batches, exactly (list item names, nullability).
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+
+    # -- driver side -----------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(self.o.dsn, autocommit=True)
+        session.apply(conn)
+        return conn
+
+    def initialOffset(self) -> dict[str, int]:
+        with self._connect() as conn:
+            slot = admin.get_slot(conn, self.o.slot)
+        if slot is not None:
+            admin.check_slot_usable(slot)
+            staged = self._staged_point()
+            if staged is not None:
+                return {"lsn": BEFORE_SNAPSHOT}
+            return {"lsn": slot.confirmed_flush_lsn or 0}
+        return {"lsn": BEFORE_SNAPSHOT if self.o.snapshot else self._create_slot()}
+
+    def _create_slot(self) -> int:
+        with self._connect() as conn:
+            conn.execute(
+                "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.o.slot,)
+            )
+            slot = admin.get_slot(conn, self.o.slot)
+        assert slot is not None and slot.confirmed_flush_lsn is not None
+        return slot.confirmed_flush_lsn
+
+    def _current_lsn(self) -> int:
+        with self._connect() as conn:
+            row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        assert row is not None
+        return lsn_to_int(row[0])
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.available_now = self._current_lsn()
+
+    def latestOffset(self, start: dict[str, int], limit: Any = None) -> dict[str, int]:
+        begin = int(start["lsn"])
+        if begin == BEFORE_SNAPSHOT:
+            point = self._staged_point()
+            if point is None:
+                point = self._stage_snapshot()
+            return {"lsn": point}
+        end = self._current_lsn() if self.available_now is None else self.available_now
+        return {"lsn": max(begin, end)}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        begin, stop = int(start["lsn"]), int(end["lsn"])
+        if begin == BEFORE_SNAPSHOT:
+            files = sorted(str(p) for p in self._snapshot_path().glob("part-*.parquet"))
+            if self._staged_point() != stop:
+                raise SlotError(
+                    f"the staged initial snapshot in {self._snapshot_path()} is missing or "
+                    "belongs to another slot; the first micro-batch cannot be replayed. "
+                    "Start over: drop the slot and the checkpoint"
+                )
+            return [_Range(begin, stop, f) for f in files] or [_Range(begin, stop, "")]
+        return [_Range(begin, stop)]
+
+    def commit(self, end: dict[str, int]) -> None:
+        lsn = int(end["lsn"])
+        if lsn <= 0:
+            return
+        with self._connect() as conn:
+            slot = admin.get_slot(conn, self.o.slot)
+            if slot is None:
+                raise SlotError(f"replication slot {self.o.slot!r} is gone")
+            if (slot.confirmed_flush_lsn or 0) >= lsn:
+                return
+            # The walsender of the batch's reader may still be letting go of the slot.
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    conn.execute(
+                        "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
+                        (self.o.slot, int_to_lsn(lsn)),
+                    )
+                    return
+                except psycopg.errors.ObjectInUse:
+                    if time.monotonic() > deadline:
+                        raise SlotError(
+                            f"replication slot {self.o.slot!r} is in use by another "
+                            "session; stop the other consumer of this slot"
+                        ) from None
+                    time.sleep(0.1)
+
+    def stop(self) -> None:
+        pass
+
+    # -- the initial snapshot ----------------------------------------------------------
+
+    def _snapshot_path(self) -> Path:
+        return self.o.snapshot_dir
+
+    def _staged_point(self) -> int | None:
+        marker = self._snapshot_path() / DONE_MARKER
+        if not marker.exists():
+            return None
+        doc = json.loads(marker.read_text())
+        if doc.get("slot") != self.o.slot or doc.get("table") != self.o.table:
+            return None
+        return int(doc["consistent_point"])
+
+    def _stage_snapshot(self) -> int:
+        from .streaming import stream
+
+        path = self._snapshot_path()
+        with self._connect() as conn:
+            if admin.get_slot(conn, self.o.slot) is not None:
+                raise SlotError(
+                    f"slot {self.o.slot!r} exists but no staged snapshot is in {path}: drop "
+                    "the slot to take a new snapshot, or set .option('snapshot', 'false')"
+                )
+        path.mkdir(parents=True, exist_ok=True)
+        for old in path.glob("part-*.parquet"):
+            old.unlink()
+        point: int | None = None
+        part = 0
+        for batch in stream(
+            self.o.dsn,
+            publication=self.o.publication,
+            slot=self.o.slot,
+            binary=self.o.binary,
+            max_batch_rows=self.o.max_batch_rows,
+            until_lsn=1,  # stop right after the snapshot
+        ):
+            if not batch.snapshot:
+                break
+            point = batch.lsn
+            table = batch.tables.get(self.o.table)
+            if table is not None and table.num_rows:
+                pq.write_table(
+                    table,
+                    path / f"part-{part:06d}.parquet",
+                    use_compliant_nested_type=False,
+                )
+                part += 1
+            batch.ack()
+        with self._connect() as conn:
+            slot = admin.get_slot(conn, self.o.slot)
+        if slot is None or slot.confirmed_flush_lsn is None:
+            raise SlotError(f"the initial snapshot did not create slot {self.o.slot!r}")
+        if point is None:
+            point = slot.confirmed_flush_lsn
+        (path / DONE_MARKER).write_text(
+            json.dumps({"slot": self.o.slot, "table": self.o.table, "consistent_point": point})
+        )
+        return point
+
+    # -- executor side ----------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Range)
+        if partition.start == BEFORE_SNAPSHOT:
+            if partition.file:
+                yield from self._for_spark(pq.read_table(partition.file))
+            return
+        yield from self._changes(partition.start, partition.end)
+
+    def _changes(self, start: int, end: int) -> Iterator[pa.RecordBatch]:
+        from .streaming import stream
+
+        if end <= start:
+            return
+        expected: list[str] | None = None
+        for batch in stream(
+            self.o.dsn,
+            publication=self.o.publication,
+            slot=self.o.slot,
+            snapshot=False,
+            binary=self.o.binary,
+            until_lsn=end,
+            max_batch_rows=self.o.max_batch_rows,
+        ):
+            # Never acked here: only commit() moves the slot.
+            for key, table in batch.tables.items():
+                if key.split("@", 1)[0] != self.o.table:
+                    continue
+                commit = table["_commit_lsn"]
+                table = table.filter(pc.and_(pc.greater_equal(commit, start), pc.less(commit, end)))
+                if not table.num_rows:
+                    continue
+                data = [c for c in table.column_names if c not in METADATA_COLUMNS]
+                if expected is None:
+                    expected = data
+                if data != expected or "@" in key:
+                    raise ConfigError(
+                        f"the columns of {self.o.table} changed (ALTER TABLE) inside this "
+                        "micro-batch; restart the query so that it reads the new schema"
+                    )
+                yield from self._for_spark(table)
+
+    def _for_spark(self, table: pa.Table) -> Iterator[pa.RecordBatch]:
+        columns = [
+            c.dictionary_decode() if pa.types.is_dictionary(c.type) else c for c in table.columns
+        ]
+        plain = pa.Table.from_arrays(columns, names=table.column_names)
+        yield from plain.cast(self.arrow_schema).to_batches()
+
+
+def register(spark: SparkSession) -> None:
+    """Makes ``format("pgwire_cdc")`` available in ``spark``."""
+    spark.dataSource.register(PgwireCdcDataSource)
