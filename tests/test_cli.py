@@ -1,0 +1,156 @@
+"""The ``pgwire-cdc`` command line: every command's ``--help``, ``check`` findings on
+a real server (each problem with its fix), ``slots`` / ``drop-slot``, ``stream`` into
+Parquet and into a mirror, and ``demo`` end to end against a throwaway PostgreSQL 18."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import Database
+from pgwire_cdc import cli
+from pgwire_cdc import mirror as mirror_mod
+from test_stream import current_lsn
+
+COMMANDS = ["demo", "stream", "slots", "drop-slot", "check", "bench"]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> Any:
+    return subprocess.run(
+        [sys.executable, "-m", "pgwire_cdc.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.mark.parametrize("command", [None, *COMMANDS])
+def test_help(command: str | None) -> None:
+    proc = run_cli(*([command] if command else []), "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: pgwire-cdc" in proc.stdout
+    if command is None:
+        for c in COMMANDS:
+            assert c in proc.stdout
+
+
+def test_usage_error_exit_code() -> None:
+    proc = run_cli("stream", "--dsn", "host=x")
+    assert proc.returncode == cli.EXIT_USAGE
+    assert "required" in proc.stderr
+
+
+def test_connection_error_is_exit_3_without_the_password() -> None:
+    proc = run_cli(
+        "slots", "--dsn", "host=127.0.0.1 port=1 user=u password=s3cr3t-pw connect_timeout=2"
+    )
+    assert proc.returncode == cli.EXIT_ERROR
+    assert "cannot connect" in proc.stderr
+    assert "s3cr3t-pw" not in proc.stderr + proc.stdout
+
+
+def check_json(db: Database, *args: str) -> tuple[int, list[dict[str, str]]]:
+    proc = run_cli("check", "--dsn", db.dsn, "--json", *args)
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_check_findings(db: Database) -> None:
+    db.conn.execute("CREATE TABLE ok (id int PRIMARY KEY, v text)")
+    db.conn.execute("CREATE TABLE nokey (v text)")
+    db.conn.execute("CREATE TABLE nothing (id int PRIMARY KEY)")
+    db.conn.execute("ALTER TABLE nothing REPLICA IDENTITY NOTHING")
+
+    code, findings = check_json(db, "--publication", "missing")
+    assert code == 1
+    assert any(f["topic"] == "publication" and "does not exist" in f["message"] for f in findings)
+
+    db.conn.execute("CREATE PUBLICATION good FOR TABLE ok")
+    code, findings = check_json(db, "--publication", "good", "--slot", "s1")
+    assert code == 0, findings
+    levels = {(f["topic"], f["level"]) for f in findings}
+    assert ("server", "ok") in levels and ("publication", "ok") in levels
+    meaning = [f for f in findings if f["topic"] == "table"]
+    assert meaning and "primary key" in meaning[0]["message"]
+    assert any(f["topic"] == "slot" and "does not exist" in f["message"] for f in findings)
+
+    db.conn.execute("CREATE PUBLICATION bad FOR TABLE ok, nokey, nothing")
+    code, findings = check_json(db, "--publication", "bad", "--table", "public.absent")
+    assert code == 1
+    problems = [f["message"] for f in findings if f["level"] == "problem"]
+    assert any("nokey" in p and "REPLICA IDENTITY FULL" in p for p in problems), problems
+    assert any("nothing" in p and "REPLICA IDENTITY NOTHING" in p for p in problems), problems
+    assert any("public.absent" in p and "ALTER PUBLICATION" in p for p in problems), problems
+
+    # A role that may replicate but not read a table.
+    db.conn.execute("CREATE ROLE weak LOGIN REPLICATION PASSWORD 'weak-pw'")
+    dsn = db.dsn.replace("user=postgres", "user=weak password=weak-pw")
+    proc = run_cli("check", "--dsn", dsn, "--publication", "good")
+    assert proc.returncode == 1
+    assert 'GRANT SELECT ON "public"."ok" TO "weak"' in proc.stdout
+    assert "weak-pw" not in proc.stdout + proc.stderr
+
+
+def test_stream_slots_and_drop_slot(db: Database, tmp_path: Path) -> None:
+    db.conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    db.conn.execute("INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 100) g")
+    base = ["--dsn", db.dsn, "--publication", "pub", "--table", "public.t"]
+    proc = run_cli(
+        "stream", *base, "--slot", "cli1", "--parquet", str(tmp_path / "pq"),
+        "--until-lsn", pgwire_lsn(db), "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["changes"] == 100
+    files = sorted((tmp_path / "pq" / "public.t").glob("*.parquet"))
+    assert sum(pq.read_table(f).num_rows for f in files) == 100
+
+    db.conn.execute("UPDATE t SET v = 'new' WHERE id <= 10")
+    db.conn.execute("DELETE FROM t WHERE id > 90")
+    proc = run_cli(
+        "stream", *base, "--slot", "cli2", "--mirror", str(tmp_path / "m"),
+        "--until-lsn", pgwire_lsn(db),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    mirrored = mirror_mod.Mirror(tmp_path / "m").table("public.t")
+    assert mirrored.num_rows == 90
+    assert sorted(mirrored["v"].to_pylist()).count("new") == 10
+
+    proc = run_cli("slots", "--dsn", db.dsn, "--json")
+    slots = {s["slot"]: s for s in json.loads(proc.stdout)}
+    assert {"cli1", "cli2"} <= set(slots)
+    assert slots["cli1"]["lag_bytes"] is not None and not slots["cli1"]["active"]
+    human = run_cli("slots", "--dsn", db.dsn)
+    assert "cli1" in human.stdout and "wal_status" in human.stdout
+
+    assert run_cli("drop-slot", "--dsn", db.dsn, "cli1").returncode == 0
+    gone = run_cli("drop-slot", "--dsn", db.dsn, "cli1")
+    assert gone.returncode == cli.EXIT_ERROR and "cli1" in gone.stderr
+
+
+def pgwire_lsn(db: Database) -> str:
+    from pgwire_cdc import int_to_lsn
+
+    return int_to_lsn(current_lsn(db))
+
+
+@pytest.mark.server
+def test_demo_end_to_end() -> None:
+    """`pgwire-cdc demo` exactly as a newcomer runs it: no DSN (its own PostgreSQL 18)."""
+    env = {"PGWIRE_CDC_DSN": ""}
+    proc = run_cli(
+        "demo", "--seconds", "4", "--seed-rows", "5000", "--rate", "1000", "--json", env=env
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    summary = json.loads(proc.stdout[proc.stdout.index("{\n") :])
+    assert summary["mirror_equals_source"] is True
+    assert summary["snapshot_rows"] >= 5000
+    assert summary["changes_applied"] > 0
+    assert set(summary["tables"]) == {"customers", "orders", "events"}
+    assert all(t["equal"] for t in summary["tables"].values())
