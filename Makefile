@@ -8,11 +8,12 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.deps-stamp
 
-.PHONY: help venv build test lint rust-test pytest demo bench bench-capture bench-rust bench-py fuzz captures clean
+.PHONY: help venv build wheel test lint rust-test pytest demo bench bench-capture bench-rust bench-py fuzz captures clean
 
 help:
 	@echo "make demo      mirror a live workload from a throwaway PostgreSQL into a local Spark warehouse"
-	@echo "make test      lint, Rust tests, build the extension, pytest against PostgreSQL 15 and 18"
+	@echo "make test      lint, Rust tests, build the extension and wheel, pytest against PostgreSQL 15 and 18 and Spark"
+	@echo "make wheel     the abi3 manylinux wheel, in target/wheels"
 	@echo "make bench     criterion + pytest-benchmark (release build), writes benches/results/"
 	@echo "make fuzz      run every proptest fuzz target for FUZZ_SECONDS (default 600) each"
 	@echo "make captures  re-record the golden pgoutput captures in tests/fixtures/captures"
@@ -29,6 +30,11 @@ venv: $(STAMP)
 build: venv
 	$(VENV)/bin/maturin develop --release -q
 
+# The abi3 wheel users install (release profile, manylinux tag checked by maturin);
+# tests/test_wheel.py installs it into a brand-new venv.
+wheel: venv
+	$(VENV)/bin/maturin build --release -q -o target/wheels
+
 lint: venv
 	cargo fmt --all -- --check
 	cargo clippy --all-targets --all-features -- -D warnings
@@ -39,7 +45,7 @@ lint: venv
 rust-test:
 	cargo test --all-targets
 
-pytest: build
+pytest: build wheel
 	$(VENV)/bin/pytest -q
 
 test: lint rust-test pytest

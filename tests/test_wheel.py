@@ -1,0 +1,98 @@
+"""What users ``pip install`` is what we test: the wheel of ``make wheel`` (abi3, release)
+goes into a brand-new venv — no source tree on the path — and streams a live change from a
+real server; its console script, type stubs and dependency extras are there."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+WHEELS = ROOT / "target" / "wheels"
+
+SCRIPT = """
+import json, sys
+import pgwire_cdc
+dsn, until = sys.argv[1], int(sys.argv[2])
+rows = []
+for batch in pgwire_cdc.stream(dsn, publication="pub", slot="wheel", until_lsn=until):
+    for name, table in batch.tables.items():
+        rows += [(name, r["id"], r["v"], r["_change_type"]) for r in table.to_pylist()]
+    batch.ack()
+print(json.dumps({"file": pgwire_cdc.__file__, "rows": rows}))
+"""
+
+
+def newest_wheel() -> Path:
+    wheels = sorted(WHEELS.glob("pgwire_cdc-*.whl"), key=lambda p: p.stat().st_mtime)
+    if not wheels:
+        pytest.fail(f"no wheel in {WHEELS}: run `make wheel` first (`make test` does)")
+    return wheels[-1]
+
+
+def test_wheel_contents() -> None:
+    wheel = newest_wheel()
+    assert "abi3" in wheel.name and "manylinux" in wheel.name
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        meta = z.read(metadata).decode()
+        entry_points = z.read(metadata.replace("METADATA", "entry_points.txt")).decode()
+    assert {"pgwire_cdc/py.typed", "pgwire_cdc/_native.pyi"} <= names
+    assert any(n.startswith("pgwire_cdc/_native") and n.endswith(".so") for n in names)
+    assert not any(n.startswith(("tests/", "benches/", "rust/")) for n in names)
+    assert "pgwire-cdc=pgwire_cdc.cli:main" in entry_points.replace(" ", "")
+    for extra in ("spark", "embedded"):
+        assert f"Provides-Extra: {extra}" in meta
+
+
+@pytest.mark.server
+def test_wheel_in_a_fresh_venv_streams(pg18_cluster: Any, tmp_path: Path) -> None:
+    wheel = newest_wheel()
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", str(wheel)],
+        check=True,
+        timeout=600,
+    )
+    db = pg18_cluster.create_database()
+    try:
+        with pg18_cluster.connect(db) as conn:
+            conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+            conn.execute("CREATE PUBLICATION pub FOR TABLE t")
+            conn.execute("INSERT INTO t VALUES (1, 'snapshot')")
+            conn.execute(
+                "SELECT pg_create_logical_replication_slot('wheel', 'pgoutput')"
+            )  # no snapshot: the insert below comes from the stream
+            conn.execute("INSERT INTO t VALUES (2, 'streamed')")
+            row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+            assert row is not None
+            until = int(row[0])
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        proc = subprocess.run(
+            [str(py), "-c", SCRIPT, pg18_cluster.dsn_for(db), str(until)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,  # not the source tree
+            env=env,
+        )
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert str(venv) in out["file"], "imported from the fresh venv, not the source tree"
+        assert out["rows"] == [["public.t", 2, "streamed", "insert"]]
+        cli = subprocess.run(
+            [str(venv / "bin" / "pgwire-cdc"), "--help"], capture_output=True, text=True, env=env
+        )
+        assert cli.returncode == 0 and "demo" in cli.stdout
+    finally:
+        pg18_cluster.drop_database(db)
