@@ -8,13 +8,13 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.deps-stamp
 
-.PHONY: help venv build wheel test lint rust-test pytest demo bench bench-capture bench-rust bench-py fuzz captures clean
+.PHONY: help venv build wheel test lint rust-test pytest demo bench bench-capture bench-rust bench-py bench-live bench-spark fuzz captures clean
 
 help:
 	@echo "make demo      mirror a live workload from a throwaway PostgreSQL into a local Spark warehouse"
 	@echo "make test      lint, Rust tests, build the extension and wheel, pytest against PostgreSQL 15 and 18 and Spark"
 	@echo "make wheel     the abi3 manylinux wheel, in target/wheels"
-	@echo "make bench     criterion + pytest-benchmark (release build), writes benches/results/"
+	@echo "make bench     every comparison (release build): benches/results/latest.md + ratios.png"
 	@echo "make fuzz      run every proptest fuzz target for FUZZ_SECONDS (default 600) each"
 	@echo "make captures  re-record the golden pgoutput captures in tests/fixtures/captures"
 
@@ -56,7 +56,9 @@ demo: build
 captures: build
 	$(PY) tests/capture/record.py
 
-bench: bench-capture bench-rust bench-py
+# Every side-by-side comparison, then benches/results/latest.md and ratios.png.
+bench: bench-capture bench-rust bench-py bench-live bench-spark
+	$(PY) benches/summary.py
 
 # The 1,000,000-insert capture the benches read (benches/.cache, recorded once).
 bench-capture: build
@@ -73,6 +75,17 @@ bench-py: build bench-capture
 	$(VENV)/bin/pytest benches -q --benchmark-only
 	$(PY) benches/report.py
 	$(PY) benches/memory.py
+
+# stream() vs pg_recvlogical and psycopg2 + pypgoutput; the snapshot vs ADBC.
+bench-live: build
+	$(PIP) install -q --no-deps pypgoutput==0.0.3
+	$(PIP) install -q -r benches/requirements.txt
+	$(PY) benches/live.py
+
+# Spark: the Arrow hand-off vs the pandas path, mirror apply, commit-to-mirror lag.
+bench-spark: build bench-capture
+	$(PIP) install -q -r benches/requirements.txt
+	$(PY) benches/spark.py
 
 # Each proptest fuzz target of tests/fuzz.rs runs this long (seconds).
 FUZZ_SECONDS ?= 600

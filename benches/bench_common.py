@@ -316,3 +316,24 @@ def machine_info() -> dict[str, str]:
         "os": platform.platform(),
         "python": platform.python_version(),
     }
+
+
+def write_ratios(
+    name: str, ratios: dict[str, float], figures: dict[str, float] | None = None
+) -> Path:
+    """``results/<name>.json``: the ratios against each baseline (higher is better) and
+    other figures, for ``summary.py`` (latest.md and the chart)."""
+    out = Path(__file__).resolve().parent / "results" / f"{name}.json"
+    out.write_text(
+        json.dumps(
+            {
+                "date": f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
+                "machine": f"nproc={os.cpu_count()}, {platform.platform()}",
+                "ratios": ratios,
+                "figures": figures or {},
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    return out

@@ -39,7 +39,7 @@ sys.path.insert(0, str(HERE))
 
 import capture_stream  # noqa: E402
 import pgwire_cdc  # noqa: E402
-from bench_common import check_release_build  # noqa: E402
+from bench_common import check_release_build, write_ratios  # noqa: E402
 from pgwire_cdc.server import PgCluster  # noqa: E402
 
 SETTINGS = {"max_wal_size": "8GB", "shared_buffers": "512MB", "wal_sender_timeout": "600s"}
@@ -308,6 +308,15 @@ def main() -> None:
     ]
     out = HERE / "results" / "live.md"
     out.write_text("\n".join(header + lines) + "\n")
+    figures = {
+        "stream() text vs pg_recvlogical": results["recv_t"] / results["ours_t"],
+        "stream() binary vs pg_recvlogical": results["recv_b"] / results["ours_b"],
+        "snapshot, 1 connection, vs ADBC": snap["adbc"] / snap["w1"],
+        "snapshot, 2 connections, vs ADBC": snap["adbc"] / snap["w2"],
+    }
+    if "psy" in results:
+        figures["stream() vs psycopg2 + pypgoutput"] = results["psy"] / results["ours_t"]
+    write_ratios("live", figures)
     print(out.read_text())
 
 

@@ -42,7 +42,7 @@ import capture_stream  # noqa: E402
 import pgwire_cdc  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
-from bench_common import check_release_build, load_stream  # noqa: E402
+from bench_common import check_release_build, load_stream, write_ratios  # noqa: E402
 from pgwire_cdc import mirror as mirror_mod  # noqa: E402
 from pgwire_cdc.server import PgCluster  # noqa: E402
 from pgwire_cdc.spark import session, to_spark  # noqa: E402
@@ -346,6 +346,16 @@ def main() -> None:
         "",
     ]
     args.out.write_text("\n".join(lines))
+    write_ratios(
+        "spark",
+        {"to_spark (Arrow) vs createDataFrame(pandas)": arrow_small_rate / pandas_rate},
+        {
+            "mirror apply, changes/s": mirror["changes"] / mirror["apply_s"],
+            "mirror end to end, changes/s": mirror["e2e_changes"] / mirror["e2e_s"],
+            "lag p50 ms at 5,000 changes/s": lag["p50"] * 1000,
+            "lag p99 ms at 5,000 changes/s": lag["p99"] * 1000,
+        },
+    )
     print("\n".join(lines))
 
 
