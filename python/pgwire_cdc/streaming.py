@@ -412,7 +412,7 @@ class _Stream:
         attempts, the delay before each doubling from ``reconnect_delay`` up to
         ``reconnect_max_delay``; streaming resumes after the last batch handed out."""
         assert self.live is not None
-        if self.stream_slot != self.slot:
+        if self.stream_slot != self.slot and not self.snapshot_committed:
             raise ConnectionError(
                 "the replication connection was lost before the initial snapshot was "
                 "acked; its temporary slot is gone with it. Run stream() again to take "
@@ -427,6 +427,8 @@ class _Stream:
             log.debug("closing the lost replication session failed: %s", e)
         self.live = None
         self.acked_lsn = max(self.acked_lsn, acked)
+        # The snapshot is committed: a session still on the temporary slot moves over now.
+        self.switch_pending = False
         attempts = self.o["reconnect_attempts"]
         log.warning("replication connection lost: %s", error)
         last: Exception = error

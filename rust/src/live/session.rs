@@ -13,7 +13,9 @@
 //! * `acked`: the highest batch LSN the consumer acked. It is the only *flush* position
 //!   ever reported to the server — except when the consumer is idle with nothing un-acked:
 //!   then the position the server reports as sent (keepalive `wal_end`) is confirmed too,
-//!   so a slot on quiet tables does not pin WAL forever.
+//!   so a slot on quiet tables does not pin WAL forever. A walsender busy decoding WAL of
+//!   other tables sends no keepalives of its own, so an idle session asks for one every
+//!   [`IDLE_POSITION_INTERVAL`].
 //! * held transactions: a streamed transaction still open does not stop the boundary
 //!   (the server re-sends it in full after a restart, since its commit lies beyond any
 //!   confirmed point), but a prepared transaction held for its COMMIT PREPARED does: once
@@ -36,6 +38,10 @@ use crate::error::{DecodeError, Reason};
 use crate::pg::{ConnParams, Connection, PgError, ReplicationMessage, ReplicationStream};
 use crate::relation::BaseType;
 use crate::sink::{EventMeta, EventRef, EventSink};
+
+/// How often a session idle with nothing un-acked asks the server for its position (a
+/// status update requesting a reply), to confirm it on the consumer's behalf.
+pub const IDLE_POSITION_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How to start streaming.
 #[derive(Debug, Clone)]
@@ -399,12 +405,12 @@ impl LiveSession {
     }
 
     /// Nothing is pending on the consumer's side: no rows, no open or held transaction,
-    /// every batch handed out acked.
+    /// every batch handed out acked (or confirmed on the consumer's behalf before).
     fn idle_with_nothing_unacked(&self) -> bool {
         self.sink.rows() == 0
             && !self.decoder.in_transaction()
             && self.decoder.pending_transactions() == 0
-            && self.acked >= self.delivered
+            && self.flush_position() >= self.delivered
             && self.boundary <= self.delivered.max(self.idle_confirmed)
     }
 
@@ -476,6 +482,11 @@ impl LiveSession {
             }
             if now.duration_since(self.last_status) >= self.status_interval {
                 self.send_status(false)?;
+            }
+            if now.duration_since(self.last_reply_request) >= IDLE_POSITION_INTERVAL
+                && self.idle_with_nothing_unacked()
+            {
+                self.send_status(true)?;
             }
             if limits.until_lsn.is_some()
                 && now.duration_since(self.last_message) >= Duration::from_millis(500)
