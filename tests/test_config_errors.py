@@ -29,7 +29,7 @@ from typing import Any
 
 import pgwire_cdc
 import pytest
-from conftest import Database
+from conftest import Database, fresh_database
 from fault_support import PASSWORD, PASSWORD_ROLE, password_cluster
 from pgwire_cdc.errors import ConfigError, ConnectionError, SlotError
 from pgwire_cdc.server import SERVERS, PgCluster
@@ -46,17 +46,12 @@ def cfg_cluster(request: pytest.FixtureRequest) -> Iterator[PgCluster]:
 
 @pytest.fixture
 def cfg_db(cfg_cluster: PgCluster) -> Iterator[Database]:
-    name = cfg_cluster.create_database()
-    conn = cfg_cluster.connect(name)
-    try:
-        conn.execute(
+    with fresh_database(cfg_cluster) as db:
+        db.conn.execute(
             "CREATE TABLE t (id int PRIMARY KEY, v text); CREATE PUBLICATION pub FOR TABLE t"
         )
-        conn.execute(sql.SQL("GRANT SELECT ON t TO {}").format(sql.Identifier(PASSWORD_ROLE)))
-        yield Database(cfg_cluster, name, conn)
-    finally:
-        conn.close()
-        cfg_cluster.drop_database(name)
+        db.conn.execute(sql.SQL("GRANT SELECT ON t TO {}").format(sql.Identifier(PASSWORD_ROLE)))
+        yield db
 
 
 def first(dsn: str, **options: Any) -> pgwire_cdc.Batch:

@@ -16,8 +16,13 @@ from typing import Any
 
 import pgwire_cdc
 import pytest
-from conftest import Database
-from fault_support import StallProxy, assert_mirror_equals_source, mark, mirror_until
+from conftest import Database, fresh_database
+from fault_support import (
+    StallProxy,
+    assert_mirror_equals_source,
+    mark,
+    mirror_until,
+)
 from pgwire_cdc.errors import ConnectionError
 from pgwire_cdc.server import SERVERS, PgCluster
 from pgwire_cdc.streaming import Batch
@@ -46,16 +51,8 @@ def own_cluster(request: pytest.FixtureRequest) -> Iterator[PgCluster]:
 
 @pytest.fixture
 def own_db(own_cluster: PgCluster) -> Iterator[Database]:
-    if not own_cluster._running:
-        own_cluster.start()  # stopped by an earlier test
-    name = own_cluster.create_database()
-    conn = own_cluster.connect(name)
-    try:
-        yield Database(own_cluster, name, conn)
-    finally:
-        conn.close()
-        if own_cluster._running:
-            own_cluster.drop_database(name)
+    with fresh_database(own_cluster) as db:
+        yield db
 
 
 def start(db: Database, dsn: str | None = None, **options: Any) -> tuple[Iterator[Batch], Mirror]:

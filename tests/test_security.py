@@ -22,8 +22,14 @@ from urllib.parse import quote
 
 import pgwire_cdc
 import pytest
-from conftest import Database
-from fault_support import PASSWORD, PASSWORD_ROLE, mark, mirror_until, password_cluster
+from conftest import Database, fresh_database
+from fault_support import (
+    PASSWORD,
+    PASSWORD_ROLE,
+    mark,
+    mirror_until,
+    password_cluster,
+)
 from pgwire_cdc.errors import ColumnValueError, ConnectionError, Error
 from pgwire_cdc.server import SERVERS, PgCluster
 from psycopg import sql
@@ -46,23 +52,12 @@ def sec_cluster(request: pytest.FixtureRequest) -> Iterator[PgCluster]:
 
 @pytest.fixture
 def sec_db(sec_cluster: PgCluster) -> Iterator[Database]:
-    if not sec_cluster._running:
-        sec_cluster.start()
-    name = sec_cluster.create_database()
-    conn = sec_cluster.connect(name)
-    try:
-        conn.execute(SCHEMA)
-        conn.execute("CREATE PUBLICATION pub FOR TABLE items, codes, notes")
-        conn.execute(
-            sql.SQL("GRANT SELECT ON items, codes, notes TO {}").format(
-                sql.Identifier(PASSWORD_ROLE)
-            )
-        )
-        yield Database(sec_cluster, name, conn)
-    finally:
-        conn.close()
-        if sec_cluster._running:
-            sec_cluster.drop_database(name)
+    with fresh_database(sec_cluster) as db:
+        db.conn.execute(SCHEMA)
+        db.conn.execute("CREATE PUBLICATION pub FOR TABLE items, codes, notes")
+        grant = sql.SQL("GRANT SELECT ON items, codes, notes TO {}")
+        db.conn.execute(grant.format(sql.Identifier(PASSWORD_ROLE)))
+        yield db
 
 
 def kv_dsn(port: int, dbname: str, password: str = PASSWORD) -> str:
@@ -246,7 +241,7 @@ def least_privilege_sql() -> str:
 
 
 def test_least_privilege_role_from_the_readme(sec_cluster: PgCluster) -> None:
-    if not sec_cluster._running:
+    if not sec_cluster.running:
         sec_cluster.start()
     name = sec_cluster.create_database()
     try:

@@ -483,6 +483,11 @@ class PgCluster:
         return self.dsn_for("postgres")
 
     @property
+    def running(self) -> bool:
+        """Started and not stopped (or shut down) since."""
+        return self._running
+
+    @property
     def version(self) -> int:
         """server_version_num, e.g. 150018."""
         if self._version is None:
