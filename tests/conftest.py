@@ -13,6 +13,7 @@ runs only the offline suites.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -70,16 +71,27 @@ def pg(request: pytest.FixtureRequest) -> PgCluster:
     return cluster
 
 
+@contextlib.contextmanager
+def fresh_database(cluster: PgCluster) -> Iterator[Database]:
+    """A new database on `cluster` (started again first if a test shut it down), dropped
+    afterwards while the server is up."""
+    if not cluster.running:
+        cluster.start()
+    name = cluster.create_database()
+    conn = cluster.connect(name)
+    try:
+        yield Database(cluster, name, conn)
+    finally:
+        conn.close()
+        if cluster.running:
+            cluster.drop_database(name)
+
+
 @pytest.fixture
 def db(pg: PgCluster) -> Iterator[Database]:
     """A fresh database on `pg` (so tests don't interfere) with an autocommit connection."""
-    name = pg.create_database()
-    conn = pg.connect(name)
-    try:
-        yield Database(pg, name, conn)
-    finally:
-        conn.close()
-        pg.drop_database(name)
+    with fresh_database(pg) as database:
+        yield database
 
 
 @pytest.fixture(scope="session")

@@ -210,6 +210,7 @@ class ReplicationConnection:
         type_map: dict[int, tuple[int, int]] = ...,
         acked_lsn: int = 0,
         skip_through: tuple[int, int] | None = None,
+        stall_timeout_ms: int | None = None,
     ) -> LiveStream: ...
     def close(self) -> None: ...
 

@@ -903,7 +903,7 @@ def _missing_slot(name: str) -> SlotError:
     )
 
 
-def _in_use(name: str, pid: int | None) -> SlotError:
+def slot_in_use_error(name: str, pid: int | None) -> SlotError:
     who = f"the process with PID {pid}" if pid is not None else "another process"
     stop = (
         f", or end its connection with SELECT pg_terminate_backend({pid})"
@@ -931,14 +931,14 @@ def drop_slot(conn: Connection, name: str) -> None:
     if info is None:
         raise _missing_slot(name)
     if info.active and info.active_pid != conn.info.backend_pid:
-        raise _in_use(name, info.active_pid)
+        raise slot_in_use_error(name, info.active_pid)
     try:
         _rows(conn, "SELECT pg_drop_replication_slot(%s)", (name,))
     except pg_errors.UndefinedObject as exc:
         raise _missing_slot(name) from exc
     except pg_errors.ObjectInUse as exc:
         now = get_slot(conn, name)
-        raise _in_use(name, now.active_pid if now else None) from exc
+        raise slot_in_use_error(name, now.active_pid if now else None) from exc
     except pg_errors.InsufficientPrivilege as exc:
         raise _privilege_error(exc, f"drop replication slot {name!r}") from exc
 

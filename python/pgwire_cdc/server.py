@@ -341,6 +341,39 @@ class PgCluster:
                 time.sleep(0.2)
         return False
 
+    def restart(self, mode: str = "fast") -> None:
+        """``pg_ctl restart -m mode``: every connection ends; the server comes back on the
+        same port with the same data."""
+        self._pg_ctl_or_raise(
+            [
+                "restart",
+                "-D",
+                str(self.datadir),
+                "-m",
+                mode,
+                "-l",
+                str(self.logfile),
+                "-w",
+                "-t",
+                str(self.start_timeout),
+            ]
+        )
+        if not self._wait_ready():
+            raise PgClusterError(f"{self.name} did not come back after a restart")
+
+    def shutdown(self, mode: str = "fast") -> None:
+        """Stop the server but keep its data: `start()` brings it back (on a new port)."""
+        if self._running:
+            self._pg_ctl_or_raise(["stop", "-D", str(self.datadir), "-m", mode, "-w"])
+            self._running = False
+
+    def _pg_ctl_or_raise(self, args: list[str]) -> None:
+        result = self._run([str(self.bindir / "pg_ctl"), *args], timeout=self.start_timeout + 30)
+        if result.returncode != 0:
+            raise PgClusterError(
+                f"pg_ctl {args[0]} failed for {self.name}:\n{result.stdout}\n{result.stderr}"
+            )
+
     def read_log(self) -> str:
         try:
             return self.logfile.read_text(encoding="utf-8", errors="replace")
@@ -448,6 +481,11 @@ class PgCluster:
     def dsn(self) -> str:
         """libpq DSN of the `postgres` database."""
         return self.dsn_for("postgres")
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopped (or shut down) since."""
+        return self._running
 
     @property
     def version(self) -> int:

@@ -37,6 +37,7 @@ point and ``_tx_ordinal`` numbering them 0, 1, … in delivery order.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -60,9 +61,20 @@ DEFAULT_MAX_BATCH_ROWS = 100_000
 DEFAULT_MAX_BATCH_BYTES = 64 << 20
 DEFAULT_MAX_BATCH_MS = 1_000
 
-#: Reconnection attempts after a lost replication connection, and the first back-off.
+#: Reconnecting after a lost replication connection: attempts per outage, the delay
+#: before the first one, and the cap of the delay that doubles with every attempt (s).
 RECONNECT_ATTEMPTS = 8
-RECONNECT_BACKOFF_S = 0.2
+RECONNECT_DELAY_S = 0.2
+RECONNECT_MAX_DELAY_S = 30.0
+#: A replication connection silent this long (no data, no keepalive, no answer to a
+#: request for one) counts as dead; at least the server's wal_sender_timeout (s).
+STALL_TIMEOUT_S = 60.0
+
+#: What PostgreSQL accepts as a replication slot name.
+_SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
+
+#: The lowest server version of each pgoutput protocol version.
+_PROTO_MIN_SERVER = {1: 100000, 2: 140000, 3: 150000, 4: 160000}
 
 
 @dataclass
@@ -146,18 +158,23 @@ class _Stream:
         self.proto_version = 1
         self.binary = False
         self.status_interval_ms = 10_000
+        self.stall_timeout_ms = 0
 
     # -- setup ---------------------------------------------------------------------
 
     def prepare(self) -> None:
-        conn = psycopg.connect(self.dsn, autocommit=True)
+        conn = _connect(self.dsn)
         self.conn = conn
         session.apply(conn)
-        info = admin.check_server(conn, new_slot=admin.get_slot(conn, self.slot) is None)
+        new_slot = admin.get_slot(conn, self.slot) is None
+        info = admin.check_server(conn, new_slot=new_slot)
         self.server_version = info.version_num
+        _check_proto_version(self.o["proto_version"], info)
         admin.ensure_publication(conn, self.publication, self.o["tables"])
         admin.check_replica_identity(conn, self.publication)
         self.table_infos = catalog.published_tables(conn, self.publication)
+        if new_slot and self.o["snapshot"]:
+            _check_select_privileges(conn, self.table_infos)
         user_types = {
             c.type_oid for t in self.table_infos for c in t.columns if c.type_oid >= 16384
         }
@@ -171,6 +188,12 @@ class _Stream:
         ).fetchone()
         timeout_ms = int(row[0]) if row and row[0] else 0
         self.status_interval_ms = min(10_000, max(100, timeout_ms // 3)) if timeout_ms else 10_000
+        stall = self.o["stall_timeout"]
+        if stall is None:
+            # Like PostgreSQL's wal_receiver_timeout; a walsender busy decoding may take
+            # up to half its wal_sender_timeout to read a request for a reply.
+            stall = max(STALL_TIMEOUT_S, timeout_ms / 1000)
+        self.stall_timeout_ms = int(stall * 1000)
         self.binary = bool(self.o["binary"])
         if self.binary:
             opaque = sorted(
@@ -231,6 +254,8 @@ class _Stream:
             existing = admin.get_slot(self.conn, self.slot)
             if existing is not None:
                 admin.check_slot_usable(existing)
+                if existing.active:
+                    raise admin.slot_in_use_error(existing.slot_name, existing.active_pid)
                 start = existing.confirmed_flush_lsn or 0
                 self.acked_lsn = start
                 self.repl = self._replication_connection()
@@ -269,6 +294,7 @@ class _Stream:
             status_interval_ms=self.status_interval_ms,
             acked_lsn=self.acked_lsn,
             skip_through=skip_through,
+            stall_timeout_ms=self.stall_timeout_ms,
         )
         self.repl = None
 
@@ -361,7 +387,6 @@ class _Stream:
     def _changes(self) -> Iterator[Batch]:
         until = _parse_lsn(self.o["until_lsn"])
         idle = self.o["idle_timeout"]
-        failures = 0
         assert self.live is not None
         last_lsn = self.live.delivered_lsn
         while True:
@@ -374,10 +399,8 @@ class _Stream:
                     until_lsn=until,
                     idle_timeout_ms=None if idle is None else int(idle * 1000),
                 )
-                failures = 0
             except ConnectionError as e:
-                failures += 1
-                self._reconnect(e, failures)
+                self._reconnect(e)
                 continue
             if segments or (stop != "pending" and lsn > last_lsn):
                 # A batch without rows still moves the LSN (the end of a transaction whose
@@ -391,50 +414,76 @@ class _Stream:
             if self.switch_pending:
                 self._switch_to_permanent_slot()
 
-    def _reconnect(self, error: Exception, failures: int) -> None:
+    def _reconnect(self, error: ConnectionError) -> None:
+        """Re-establishes a lost replication connection: up to ``reconnect_attempts``
+        attempts, the delay before each doubling from ``reconnect_delay`` up to
+        ``reconnect_max_delay``; streaming resumes after the last batch handed out."""
         assert self.live is not None
-        if self.stream_slot != self.slot:
+        if self.stream_slot != self.slot and not self.snapshot_committed:
             raise ConnectionError(
                 "the replication connection was lost before the initial snapshot was "
                 "acked; its temporary slot is gone with it. Run stream() again to take "
                 "a new snapshot."
             ) from error
-        if failures > self.o["reconnect_attempts"]:
-            raise error
         resume = self.live.delivered_lsn
         acked = self.live.acked_lsn
         skip = self.live.partial_transaction
         try:
             self.live.close()
-        except Exception:
-            pass
+        except Exception as e:
+            log.debug("closing the lost replication session failed: %s", e)
         self.live = None
-        delay = RECONNECT_BACKOFF_S * (2 ** (failures - 1))
-        log.warning(
-            "replication connection lost (%s); reconnecting in %.1f s from %s",
-            type(error).__name__,
-            delay,
-            int_to_lsn(resume),
-        )
-        time.sleep(delay)
-        while True:
+        self.acked_lsn = max(self.acked_lsn, acked)
+        # The snapshot is committed: a session still on the temporary slot moves over now.
+        self.switch_pending = False
+        attempts = self.o["reconnect_attempts"]
+        log.warning("replication connection lost: %s", error)
+        last: Exception = error
+        for attempt in range(1, attempts + 1):
+            delay = min(
+                self.o["reconnect_max_delay"], self.o["reconnect_delay"] * 2 ** (attempt - 1)
+            )
+            log.warning(
+                "reconnect attempt %d of %d in %.2f s, resuming after %s",
+                attempt,
+                attempts,
+                delay,
+                int_to_lsn(resume),
+            )
+            time.sleep(delay)
             try:
                 self.repl = self._replication_connection()
-                self.acked_lsn = max(self.acked_lsn, acked)
                 self._start_streaming(self.slot, resume, skip)
-                return
-            except SlotError as e:
-                # The old walsender may still hold the slot for a moment.
-                failures += 1
-                if failures > self.o["reconnect_attempts"]:
+            except (ConnectionError, SlotError) as e:
+                self._close_repl()
+                if not _transient(e):
                     raise
-                log.warning("slot still in use (%s); retrying", e)
-                time.sleep(RECONNECT_BACKOFF_S * (2 ** min(failures, 5)))
-            except ConnectionError:
-                failures += 1
-                if failures > self.o["reconnect_attempts"]:
-                    raise
-                time.sleep(RECONNECT_BACKOFF_S * (2 ** min(failures, 5)))
+                log.warning("reconnect attempt %d of %d failed: %s", attempt, attempts, e)
+                last = e
+                continue
+            log.info(
+                "replication connection re-established (attempt %d); streaming from %s",
+                attempt,
+                int_to_lsn(resume),
+            )
+            return
+        # A slot still in use after every attempt is held by another consumer.
+        give_up = SlotError if isinstance(last, SlotError) else ConnectionError
+        raise give_up(
+            f"the replication connection was lost and {attempts} reconnect attempt(s) failed"
+            f" (reconnect_attempts={attempts}); last error: {last}. Nothing after"
+            f" {int_to_lsn(self.acked_lsn)} is acked: run stream() again to resume from the"
+            " slot once the server is reachable",
+            sqlstate=getattr(last, "sqlstate", None),
+        ) from last
+
+    def _close_repl(self) -> None:
+        if self.repl is not None:
+            try:
+                self.repl.close()
+            except Exception as e:
+                log.debug("closing a replication connection failed: %s", e)
+            self.repl = None
 
     def _switch_to_permanent_slot(self) -> None:
         """Streaming moves from the temporary snapshot slot to the permanent copy: the
@@ -467,6 +516,100 @@ def _literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def _connect(dsn: str) -> psycopg.Connection[Any]:
+    """The setup connection (psycopg). Its failures become :class:`ConnectionError` (or
+    :class:`ConfigError` for a malformed DSN) saying what to check; no message carries the
+    password, nor a piece of the connection string (libpq quotes the words it cannot
+    parse, which may be a password)."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        raise ConfigError(
+            "invalid connection string (not shown: it may hold a password); it must be"
+            " libpq key=value pairs or a postgresql:// URI"
+        ) from None
+    password = str(params.get("password") or "")
+    try:
+        return psycopg.connect(dsn, autocommit=True)
+    except psycopg.Error as e:
+        message = str(e).strip()
+        if password:
+            message = message.replace(password, "***")
+        sqlstate = getattr(e, "sqlstate", None)
+        if "password authentication failed" in message or sqlstate == "28P01":
+            sqlstate = "28P01"
+            fix = (
+                "check the role's password: the DSN's password, the PGPASSWORD environment"
+                " variable or the password file (~/.pgpass); as a superuser, ALTER ROLE ..."
+                " PASSWORD '...' sets it"
+            )
+        elif "does not support SSL" in message:
+            fix = (
+                "the server does not offer TLS but the DSN's sslmode requires it: turn TLS on"
+                " in the server (ssl = on with ssl_cert_file and ssl_key_file in"
+                " postgresql.conf, then reload) or connect with sslmode=prefer"
+            )
+        elif "no pg_hba.conf entry" in message:
+            fix = (
+                "add a line for this host, database and role to the server's pg_hba.conf and"
+                " reload it (SELECT pg_reload_conf())"
+            )
+        else:
+            fix = "check that the server is running and that host and port are right"
+        raise ConnectionError(
+            f"could not connect to PostgreSQL: {message}; {fix}", sqlstate=sqlstate
+        ) from None
+
+
+def _check_proto_version(proto_version: int | None, info: admin.ServerInfo) -> None:
+    """A pgoutput protocol version the server does not speak yet is a ConfigError."""
+    if proto_version is None:
+        return
+    needed = _PROTO_MIN_SERVER[proto_version]
+    if info.version_num < needed:
+        best = max(v for v, floor in _PROTO_MIN_SERVER.items() if info.version_num >= floor)
+        raise ConfigError(
+            f"proto_version={proto_version} needs PostgreSQL {needed // 10000} or later, but"
+            f" the server is {info.version}; pass proto_version={best} or leave it unset"
+            " (the highest version the server speaks is used), or upgrade the server"
+        )
+
+
+def _check_select_privileges(
+    conn: psycopg.Connection[Any], tables: list[catalog.TableInfo]
+) -> None:
+    """The initial snapshot reads every published table: the role needs SELECT on it (or
+    on each published column)."""
+    denied = []
+    for t in tables:
+        row = conn.execute(
+            "SELECT has_table_privilege(%s::oid, 'SELECT') OR coalesce(bool_and("
+            " has_column_privilege(%s::oid, c, 'SELECT')), false) FROM unnest(%s::text[]) c",
+            (t.oid, t.oid, [c.name for c in t.columns]),
+        ).fetchone()
+        if not (row and row[0]):
+            denied.append(psycopg.sql.Identifier(t.schema, t.name).as_string(conn))
+    if denied:
+        row = conn.execute("SELECT current_user").fetchone()
+        role = psycopg.sql.Identifier(row[0] if row else "").as_string(conn)
+        names = ", ".join(denied)
+        raise ConfigError(
+            f"role {role} may not read {names}, which the initial snapshot copies; as the"
+            f" tables' owner run GRANT SELECT ON {names} TO {role}, or pass snapshot=False"
+            " to stream changes only"
+        )
+
+
+def _transient(error: Exception) -> bool:
+    """Whether a failed reconnect is worth retrying: a lost or refused connection, or the
+    slot still held by the walsender of the lost connection; not a refused login, a
+    dropped or invalidated slot."""
+    sqlstate = getattr(error, "sqlstate", None) or ""
+    if isinstance(error, SlotError):
+        return sqlstate == "55006"
+    return not sqlstate.startswith("28")
+
+
 def stream(
     dsn: str,
     publication: str = "pub",
@@ -484,18 +627,52 @@ def stream(
     snapshot_split_blocks: int = 1024,
     proto_version: int | None = None,
     reconnect_attempts: int = RECONNECT_ATTEMPTS,
+    reconnect_delay: float = RECONNECT_DELAY_S,
+    reconnect_max_delay: float = RECONNECT_MAX_DELAY_S,
+    stall_timeout: float | None = None,
 ) -> Iterator[Batch]:
     """Streams a publication's changes (after an initial snapshot for a new slot) as
     :class:`Batch` objects; see the module documentation and CONTRACT section 2.
 
     ``snapshot_workers`` connections copy the snapshot at once (tables of at least
     ``snapshot_split_blocks`` 8 KiB blocks are split into that many CTID ranges);
-    ``proto_version`` defaults to the highest the server supports.
+    ``proto_version`` defaults to the highest the server supports (a higher one than the
+    server speaks is a ``ConfigError``).
+
+    Connection faults. A replication connection lost while streaming (walsender
+    terminated, server restarted, network gone) is re-established: up to
+    ``reconnect_attempts`` attempts per outage (0: none), the first after
+    ``reconnect_delay`` seconds, each delay twice the one before, capped at
+    ``reconnect_max_delay``. Streaming resumes right after the last batch handed out
+    (nothing lost, nothing twice); each attempt is logged as a warning on the
+    ``pgwire_cdc`` logger. Once every attempt failed, ``ConnectionError`` (``SlotError``
+    if another consumer holds the slot) says so; the slot still holds everything after the
+    last ack. A refused login, or a slot dropped or invalidated meanwhile, is raised at
+    once. A connection on which the server has been silent for ``stall_timeout`` seconds
+    (no data, no keepalive, no answer to the request for one sent halfway) counts as lost;
+    default: 60 s or the server's ``wal_sender_timeout`` if longer; 0 never gives up.
+    Failures of the first connection are raised at once.
     """
     if max_batch_rows < 1 or max_batch_bytes < 1 or max_batch_ms < 0:
         raise ConfigError("max_batch_rows and max_batch_bytes must be positive")
     if idle_timeout is not None and idle_timeout < 0:
         raise ConfigError("idle_timeout must not be negative")
+    if reconnect_attempts < 0 or reconnect_delay < 0 or reconnect_max_delay < 0:
+        raise ConfigError(
+            "reconnect_attempts, reconnect_delay and reconnect_max_delay must not be negative"
+        )
+    if stall_timeout is not None and stall_timeout < 0:
+        raise ConfigError("stall_timeout must not be negative (0 turns stall detection off)")
+    if proto_version is not None and proto_version not in _PROTO_MIN_SERVER:
+        raise ConfigError(
+            f"proto_version must be 1, 2, 3 or 4, not {proto_version!r} (or None: the highest"
+            " the server speaks)"
+        )
+    if not _SLOT_NAME.fullmatch(slot):
+        raise ConfigError(
+            f"invalid replication slot name {slot!r}: PostgreSQL allows only lower-case"
+            " letters, digits and underscores, at most 63 characters"
+        )
     state = _Stream(
         dsn,
         publication,
@@ -512,5 +689,8 @@ def stream(
         snapshot_split_blocks=snapshot_split_blocks,
         proto_version=proto_version,
         reconnect_attempts=reconnect_attempts,
+        reconnect_delay=reconnect_delay,
+        reconnect_max_delay=reconnect_max_delay,
+        stall_timeout=stall_timeout,
     )
     return state.run()

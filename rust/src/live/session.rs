@@ -13,11 +13,20 @@
 //! * `acked`: the highest batch LSN the consumer acked. It is the only *flush* position
 //!   ever reported to the server — except when the consumer is idle with nothing un-acked:
 //!   then the position the server reports as sent (keepalive `wal_end`) is confirmed too,
-//!   so a slot on quiet tables does not pin WAL forever.
+//!   so a slot on quiet tables does not pin WAL forever. A walsender busy decoding WAL of
+//!   other tables sends no keepalives of its own, so an idle session asks for one every
+//!   [`IDLE_POSITION_INTERVAL`].
 //! * held transactions: a streamed transaction still open does not stop the boundary
 //!   (the server re-sends it in full after a restart, since its commit lies beyond any
 //!   confirmed point), but a prepared transaction held for its COMMIT PREPARED does: once
 //!   confirmed past its PREPARE, the server would not send its changes again.
+//!
+//! A dead connection that the socket does not report (a stalled network path, a
+//! half-open TCP connection) is found the way PostgreSQL's own `wal_receiver_timeout`
+//! finds it: after half the stall time-out without any message the session asks the
+//! server for a reply (a status update with the reply flag; the walsender answers with a
+//! keepalive); after the whole time-out without an answer the stream is dropped and
+//! `poll` fails with a connection error.
 
 use std::time::{Duration, Instant};
 
@@ -29,6 +38,10 @@ use crate::error::{DecodeError, Reason};
 use crate::pg::{ConnParams, Connection, PgError, ReplicationMessage, ReplicationStream};
 use crate::relation::BaseType;
 use crate::sink::{EventMeta, EventRef, EventSink};
+
+/// How often a session idle with nothing un-acked asks the server for its position (a
+/// status update requesting a reply), to confirm it on the consumer's behalf.
+pub const IDLE_POSITION_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How to start streaming.
 #[derive(Debug, Clone)]
@@ -55,6 +68,9 @@ pub struct StartOptions {
     /// out from a transaction it had not finished: resuming at `start_lsn` the server sends
     /// that transaction again, and its rows up to there are skipped.
     pub skip_through: Option<(u64, u64)>,
+    /// The connection counts as dead after this long without any message from the server
+    /// (see the module documentation); `None` never gives up on a silent server.
+    pub stall_timeout: Option<Duration>,
 }
 
 /// When a batch is cut.
@@ -194,6 +210,11 @@ pub struct LiveSession {
     last_status: Instant,
     last_message: Instant,
     last_reply_request: Instant,
+    /// When the server last sent anything (keepalives included).
+    last_heard: Instant,
+    /// A reply was requested while the server was silent, at this time.
+    ping_sent: Option<Instant>,
+    stall_timeout: Option<Duration>,
     batch_started: Option<Instant>,
     batch_bytes: usize,
 }
@@ -259,6 +280,9 @@ impl LiveSession {
             last_status: now,
             last_message: now,
             last_reply_request: now,
+            last_heard: now,
+            ping_sent: None,
+            stall_timeout: options.stall_timeout,
             batch_started: None,
             batch_bytes: 0,
         })
@@ -303,8 +327,55 @@ impl LiveSession {
         self.last_status = now;
         if reply_requested {
             self.last_reply_request = now;
+            if self.ping_sent.is_none() {
+                self.ping_sent = Some(now);
+            }
         }
         Ok(())
+    }
+
+    /// Asks the server for a reply once it has been silent for half the stall time-out.
+    fn ping_if_silent(&mut self, now: Instant) -> Result<(), LiveError> {
+        if let Some(stall) = self.stall_timeout {
+            if self.ping_sent.is_none() && now.duration_since(self.last_heard) >= stall / 2 {
+                self.send_status(true)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The server has neither sent anything for the stall time-out nor answered a reply
+    /// request for half of it: the connection is dropped (a graceful end would wait on the
+    /// dead socket) and reported lost.
+    fn check_stalled(&mut self, now: Instant) -> Result<(), LiveError> {
+        let Some(stall) = self.stall_timeout else {
+            return Ok(());
+        };
+        let silent = now.duration_since(self.last_heard);
+        let unanswered = self
+            .ping_sent
+            .is_some_and(|sent| now.duration_since(sent) >= stall / 2);
+        if silent >= stall && unanswered {
+            self.stream = None;
+            return Err(LiveError::Pg(PgError::connect(format!(
+                "no message from the server for {:.1} s, not even an answer to a status \
+                 request: the connection is considered dead (stall_timeout)",
+                silent.as_secs_f64()
+            ))));
+        }
+        Ok(())
+    }
+
+    /// When the stall checks next need to run.
+    fn stall_wait(&self, now: Instant) -> Option<Duration> {
+        let stall = self.stall_timeout?;
+        let silent = now.duration_since(self.last_heard);
+        Some(match self.ping_sent {
+            None => (stall / 2).saturating_sub(silent),
+            Some(sent) => stall
+                .saturating_sub(silent)
+                .max((stall / 2).saturating_sub(now.duration_since(sent))),
+        })
     }
 
     /// Sends a status update if none went out for `status_interval`: called from a
@@ -334,12 +405,12 @@ impl LiveSession {
     }
 
     /// Nothing is pending on the consumer's side: no rows, no open or held transaction,
-    /// every batch handed out acked.
+    /// every batch handed out acked (or confirmed on the consumer's behalf before).
     fn idle_with_nothing_unacked(&self) -> bool {
         self.sink.rows() == 0
             && !self.decoder.in_transaction()
             && self.decoder.pending_transactions() == 0
-            && self.acked >= self.delivered
+            && self.flush_position() >= self.delivered
             && self.boundary <= self.delivered.max(self.idle_confirmed)
     }
 
@@ -412,6 +483,11 @@ impl LiveSession {
             if now.duration_since(self.last_status) >= self.status_interval {
                 self.send_status(false)?;
             }
+            if now.duration_since(self.last_reply_request) >= IDLE_POSITION_INTERVAL
+                && self.idle_with_nothing_unacked()
+            {
+                self.send_status(true)?;
+            }
             if limits.until_lsn.is_some()
                 && now.duration_since(self.last_message) >= Duration::from_millis(500)
                 && now.duration_since(self.last_reply_request) >= Duration::from_millis(500)
@@ -441,12 +517,21 @@ impl LiveSession {
             if limits.until_lsn.is_some() {
                 wait = wait.min(Duration::from_millis(500));
             }
+            self.ping_if_silent(now)?;
+            if let Some(stall) = self.stall_wait(now) {
+                wait = wait.min(stall);
+            }
             let wait = wait.max(Duration::from_millis(1));
 
             let stream = self.stream.as_mut().ok_or(LiveError::Closed)?;
             let Some(message) = stream.recv(wait)? else {
+                // Only after a read found nothing: a consumer that was busy with a batch
+                // may find the server's answer waiting in the socket.
+                self.check_stalled(Instant::now())?;
                 continue;
             };
+            self.last_heard = Instant::now();
+            self.ping_sent = None;
             match message {
                 ReplicationMessage::Keepalive {
                     wal_end,

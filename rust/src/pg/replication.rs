@@ -324,6 +324,13 @@ impl ReplicationStream {
                     self.server_done = true;
                     return Err(PgError::connect("the server ended the replication stream"));
                 }
+                // A walsender that shuts down once the client has confirmed everything
+                // sent ends the COPY with CommandComplete and exits (WalSndDone).
+                backend::COMMAND_COMPLETE => {
+                    return Err(self.fail(PgError::connect(
+                        "the server ended the replication stream (it is shutting down)",
+                    )));
+                }
                 tag if backend::is_asynchronous(tag) => {}
                 tag => {
                     let err = PgError::protocol(format!(

@@ -181,7 +181,8 @@ impl PyReplicationConnection {
     /// Turns this connection into a streaming session (the connection is used up).
     #[pyo3(signature = (slot, start_lsn, publication_names, *, proto_version, binary,
                         messages = true, streaming = true, status_interval_ms = 10_000,
-                        type_map = HashMap::new(), acked_lsn = 0, skip_through = None))]
+                        type_map = HashMap::new(), acked_lsn = 0, skip_through = None,
+                        stall_timeout_ms = None))]
     #[allow(clippy::too_many_arguments)]
     fn start_streaming(
         &self,
@@ -197,6 +198,7 @@ impl PyReplicationConnection {
         type_map: HashMap<u32, (u32, i32)>,
         acked_lsn: u64,
         skip_through: Option<(u64, u64)>,
+        stall_timeout_ms: Option<u64>,
     ) -> PyResult<PyLiveStream> {
         if !(1..=4).contains(&proto_version) {
             return Err(PyValueError::new_err("proto_version must be 1 to 4"));
@@ -215,6 +217,9 @@ impl PyReplicationConnection {
             status_interval: Duration::from_millis(status_interval_ms.max(100)),
             acked_lsn,
             skip_through,
+            stall_timeout: stall_timeout_ms
+                .filter(|ms| *ms > 0)
+                .map(Duration::from_millis),
         };
         let types = type_map.into_iter().map(|(oid, (base, modifier))| {
             (
