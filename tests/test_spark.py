@@ -185,7 +185,17 @@ def run_worker(db: Database, path: Path, until: int, crash_at: str = "", nth: in
     """The mirror in its own process, killed with SIGKILL at the ``nth`` ``crash_at``."""
     env = {**os.environ, "PYTHONPATH": str(WORKER.parent)}
     proc = subprocess.run(
-        [sys.executable, str(WORKER), db.dsn, str(path), str(until), crash_at, str(nth)],
+        [
+            sys.executable,
+            str(WORKER),
+            db.dsn,
+            str(path),
+            str(until),
+            "--crash-at",
+            crash_at,
+            "--nth",
+            str(nth),
+        ],
         env=env,
         capture_output=True,
         text=True,
