@@ -2,14 +2,14 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{
-    BooleanBufferBuilder, Int64Builder, ListBuilder, StringBuilder, TimestampMicrosecondBuilder,
-};
-use arrow_array::{ArrayRef, BooleanArray, RecordBatch, StructArray};
-use arrow_buffer::NullBuffer;
-use arrow_schema::{ArrowError, DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
+use arrow_array::builder::BooleanBufferBuilder;
+use arrow_array::types::{Int64Type, TimestampMicrosecondType};
+use arrow_array::{new_null_array, ArrayRef, BooleanArray, ListArray, RecordBatch, StructArray};
+use arrow_buffer::{OffsetBuffer, ScalarBuffer};
+use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 
-use super::column::{arrow_type, finish_bytes, finish_primitive, room, ColumnBuilder};
+use super::buffers::{room, Bytes, Fixed, OffsetOverflow, Recycler, Validity};
+use super::column::{arrow_type, ColumnBuilder};
 use crate::protocol::{Datum, Lsn, OldKind, PgTimestamp};
 use crate::relation::Relation;
 use crate::values::ValueError;
@@ -51,6 +51,14 @@ pub struct RowMeta {
     pub xid: Option<u32>,
 }
 
+fn commit_ts_type() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+
+fn unchanged_item() -> FieldRef {
+    Arc::new(Field::new("item", DataType::Utf8, true))
+}
+
 fn data_fields(relation: &Relation) -> Fields {
     relation
         .columns
@@ -85,19 +93,11 @@ pub fn change_table_schema(relation: &Relation) -> SchemaRef {
         Field::new("_lsn", DataType::Int64, false),
         Field::new("_commit_lsn", DataType::Int64, true),
         Field::new("_tx_ordinal", DataType::Int64, false),
-        Field::new(
-            "_commit_ts",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            true,
-        ),
+        Field::new("_commit_ts", commit_ts_type(), true),
         Field::new("_xid", DataType::Int64, true),
         Field::new("_before", DataType::Struct(data), true),
         Field::new("_before_kind", DataType::Utf8, true),
-        Field::new(
-            "_unchanged",
-            DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
-            false,
-        ),
+        Field::new("_unchanged", DataType::List(unchanged_item()), false),
     ]);
     let metadata = [
         ("pg_relation_oid".to_owned(), relation.oid.to_string()),
@@ -127,15 +127,20 @@ pub struct ChangeTable {
     binary: bool,
     columns: Vec<ColumnBuilder>,
     before: Vec<ColumnBuilder>,
-    before_valid: BooleanBufferBuilder,
-    change_type: StringBuilder,
-    lsn: Int64Builder,
-    commit_lsn: Int64Builder,
-    tx_ordinal: Int64Builder,
-    commit_ts: TimestampMicrosecondBuilder,
-    xid: Int64Builder,
-    before_kind: StringBuilder,
-    unchanged: ListBuilder<StringBuilder>,
+    before_fields: Fields,
+    before_valid: Validity,
+    change_type: Bytes,
+    lsn: Fixed<i64>,
+    commit_lsn: Fixed<i64>,
+    tx_ordinal: Fixed<i64>,
+    commit_ts: Fixed<i64>,
+    xid: Fixed<i64>,
+    before_kind: Bytes,
+    /// `_unchanged`: the list offsets and the names.
+    unchanged: Vec<i32>,
+    unchanged_names: Bytes,
+    /// The memory of the batches handed out, for the next ones.
+    recycler: Recycler,
     rows: usize,
     /// Rows whose values could not all be parsed: dropped at `finish`.
     failed_rows: Vec<usize>,
@@ -157,15 +162,18 @@ impl ChangeTable {
             binary,
             columns: builders(),
             before: builders(),
-            before_valid: BooleanBufferBuilder::new(0),
-            change_type: StringBuilder::new(),
-            lsn: Int64Builder::new(),
-            commit_lsn: Int64Builder::new(),
-            tx_ordinal: Int64Builder::new(),
-            commit_ts: TimestampMicrosecondBuilder::new().with_timezone("UTC"),
-            xid: Int64Builder::new(),
-            before_kind: StringBuilder::new(),
-            unchanged: ListBuilder::new(StringBuilder::new()),
+            before_fields: data_fields(&relation),
+            before_valid: Validity::default(),
+            change_type: Bytes::default(),
+            lsn: Fixed::default(),
+            commit_lsn: Fixed::default(),
+            tx_ordinal: Fixed::default(),
+            commit_ts: Fixed::default(),
+            xid: Fixed::default(),
+            before_kind: Bytes::default(),
+            unchanged: vec![0],
+            unchanged_names: Bytes::default(),
+            recycler: Recycler::default(),
             rows: 0,
             failed_rows: Vec::new(),
             before_pending_nulls: 0,
@@ -233,26 +241,26 @@ impl ChangeTable {
         } else {
             self.before_pending_nulls += 1;
         }
-        self.before_valid.append(old.is_some());
-        self.before_kind.append_option(old.map(|(k, _)| match k {
-            OldKind::Full => "full",
-            OldKind::Key => "key",
-        }));
-        self.change_type.append_value(kind.name());
-        self.lsn.append_value(meta.lsn as i64);
+        self.before_valid.push(old.is_some());
+        match old {
+            None => self.before_kind.push_null(),
+            Some((k, _)) => push_name(&mut self.before_kind, before_kind_name(k)),
+        }
+        push_name(&mut self.change_type, kind.name());
+        self.lsn.push(meta.lsn as i64);
         self.commit_lsn
-            .append_option(meta.commit_lsn.map(|l| l as i64));
-        self.tx_ordinal.append_value(meta.tx_ordinal as i64);
-        self.commit_ts.append_option(
+            .push_option(meta.commit_lsn.map(|l| l as i64));
+        self.tx_ordinal.push(meta.tx_ordinal as i64);
+        self.commit_ts.push_option(
             meta.commit_timestamp
                 .map(|t| t.saturating_add(PG_EPOCH_OFFSET_MICROS)),
         );
-        self.xid.append_option(meta.xid.map(i64::from));
-        let names = self.unchanged.values();
+        self.xid.push_option(meta.xid.map(i64::from));
         for name in unchanged {
-            names.append_value(name);
+            push_name(&mut self.unchanged_names, name);
         }
-        self.unchanged.append(true);
+        let names = i32::try_from(self.unchanged_names.len()).unwrap_or(i32::MAX);
+        self.unchanged.push(names);
         self.rows += 1;
         match first_error {
             None => Ok(()),
@@ -265,27 +273,53 @@ impl ChangeTable {
 
     /// Finishes the rows appended so far into one record batch; the table starts empty again.
     pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
-        flush_nulls(&mut self.before, &mut self.before_pending_nulls);
-        let n = room(self.rows);
-        let mut arrays: Vec<ArrayRef> = self.columns.iter_mut().map(|b| b.finish()).collect();
-        let before_arrays: Vec<ArrayRef> = self.before.iter_mut().map(|b| b.finish()).collect();
-        let nulls = NullBuffer::new(self.before_valid.finish());
-        self.before_valid = BooleanBufferBuilder::new(n);
-        let before = StructArray::try_new(data_fields(&self.relation), before_arrays, Some(nulls))?;
-        let unchanged = Arc::new(self.unchanged.finish());
-        self.unchanged = ListBuilder::with_capacity(StringBuilder::new(), n);
+        let rows = std::mem::take(&mut self.rows);
+        let recycler = &mut self.recycler;
+        recycler.begin();
+        let mut arrays = Vec::with_capacity(self.columns.len() + 9);
+        for b in &mut self.columns {
+            arrays.push(b.finish(recycler)?);
+        }
+        let before: ArrayRef = if self.before_pending_nulls == rows {
+            // No row had an old image: an all-null struct, in zeroed memory that nothing
+            // writes to.
+            self.before_pending_nulls = 0;
+            self.before_valid.clear();
+            new_null_array(&DataType::Struct(self.before_fields.clone()), rows)
+        } else {
+            flush_nulls(&mut self.before, &mut self.before_pending_nulls);
+            let mut children = Vec::with_capacity(self.before.len());
+            for b in &mut self.before {
+                children.push(b.finish(recycler)?);
+            }
+            let nulls = self.before_valid.finish(recycler);
+            Arc::new(StructArray::try_new(
+                self.before_fields.clone(),
+                children,
+                nulls,
+            )?)
+        };
+        let names = self.unchanged_names.finish_utf8(recycler)?;
+        let mut next = recycler.vec(room(rows) + 1);
+        next.push(0);
+        let offsets = std::mem::replace(&mut self.unchanged, next);
+        let offsets = OffsetBuffer::new(ScalarBuffer::new(recycler.lend(offsets), 0, rows + 1));
+        let unchanged = ListArray::try_new(unchanged_item(), offsets, names, None)?;
         arrays.extend([
-            finish_bytes(&mut self.change_type),
-            finish_primitive(&mut self.lsn),
-            finish_primitive(&mut self.commit_lsn),
-            finish_primitive(&mut self.tx_ordinal),
-            finish_primitive(&mut self.commit_ts),
-            finish_primitive(&mut self.xid),
-            Arc::new(before),
-            finish_bytes(&mut self.before_kind),
-            unchanged,
+            self.change_type.finish_utf8(recycler)?,
+            self.lsn.finish::<Int64Type>(&DataType::Int64, recycler),
+            self.commit_lsn
+                .finish::<Int64Type>(&DataType::Int64, recycler),
+            self.tx_ordinal
+                .finish::<Int64Type>(&DataType::Int64, recycler),
+            self.commit_ts
+                .finish::<TimestampMicrosecondType>(&commit_ts_type(), recycler),
+            self.xid.finish::<Int64Type>(&DataType::Int64, recycler),
+            before,
+            self.before_kind.finish_utf8(recycler)?,
+            Arc::new(unchanged),
         ]);
-        self.rows = 0;
+        recycler.end();
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), arrays)?;
         if self.failed_rows.is_empty() {
             return Ok(batch);
@@ -298,6 +332,22 @@ impl ChangeTable {
             }
         }
         arrow_select::filter::filter_record_batch(&batch, &BooleanArray::new(keep.finish(), None))
+    }
+}
+
+/// The `_before_kind` value.
+fn before_kind_name(kind: OldKind) -> &'static str {
+    match kind {
+        OldKind::Full => "full",
+        OldKind::Key => "key",
+    }
+}
+
+/// Appends a name the metadata columns hold (a change kind, a column name): far below
+/// the 2 GiB a column's offsets address in any batch that fits in memory.
+fn push_name(column: &mut Bytes, name: &str) {
+    if let Err(OffsetOverflow) = column.push(name.as_bytes()) {
+        column.push_null();
     }
 }
 
