@@ -90,12 +90,16 @@ pub struct Validity {
 }
 
 impl Validity {
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, valid: bool) {
         if valid && !self.has_nulls {
             self.len += 1;
-            return;
+        } else {
+            self.push_bit(valid);
         }
+    }
+
+    fn push_bit(&mut self, valid: bool) {
         if !self.has_nulls {
             self.materialise();
         }
@@ -128,13 +132,6 @@ impl Validity {
 
     pub fn len(&self) -> usize {
         self.len
-    }
-
-    /// Forgets every entry (the memory stays).
-    pub fn clear(&mut self) {
-        self.bits.clear();
-        self.len = 0;
-        self.has_nulls = false;
     }
 
     /// The bitmap so far (`None`: no nulls); starts empty again.

@@ -309,20 +309,9 @@ impl ColumnBuilder {
             }
             Kind::Utf8(b) => {
                 let text = match scalar {
-                    Some(Scalar::Uuid) => {
-                        let uuid = raw.uuid()?;
-                        match raw {
-                            // Already canonical (as PostgreSQL prints it): the text as is.
-                            Raw::Text(s)
-                                if <&[u8; 36]>::try_from(s.as_bytes()).ok()
-                                    == Some(uuid.as_bytes()) =>
-                            {
-                                b.push(s.as_bytes())
-                            }
-                            _ => b.push(uuid.as_str().as_bytes()),
-                        }
-                    }
-                    Some(s) => b.push(text_of(s, raw, scratch)?.as_bytes()),
+                    // The canonical text, in a buffer of its own (no `str` made of it).
+                    Some(Scalar::Uuid) => b.push(raw.uuid()?.as_bytes()),
+                    Some(s) => b.push(text_of(s, raw, scratch)?),
                     // A type this layer does not know: its text form, as the contract asks.
                     None => match raw {
                         Raw::Text(s) => b.push(s.as_bytes()),
@@ -453,10 +442,11 @@ fn overflow(type_name: &'static str) -> ValueError {
     ValueError::new(type_name, ValueErrorKind::OutOfRange)
 }
 
-/// The string form of a value of a type represented as Arrow string.
-fn text_of<'s>(s: Scalar, raw: Raw<'s>, scratch: &'s mut String) -> Result<&'s str, ValueError> {
-    match s {
-        Scalar::Jsonb => raw.jsonb(),
+/// The string form of a value of a type represented as Arrow string, as bytes checked to
+/// be UTF-8 (the column checks its whole buffer again when it is finished).
+fn text_of<'s>(s: Scalar, raw: Raw<'s>, scratch: &'s mut String) -> Result<&'s [u8], ValueError> {
+    let text = match s {
+        Scalar::Jsonb => return raw.jsonb_bytes(),
         Scalar::Numeric(_) => raw.numeric_str(scratch),
         Scalar::TimeTz => raw.timetz(scratch),
         Scalar::Inet => raw.inet(scratch),
@@ -467,6 +457,7 @@ fn text_of<'s>(s: Scalar, raw: Raw<'s>, scratch: &'s mut String) -> Result<&'s s
         Scalar::TsVector => raw.tsvector(scratch),
         Scalar::Range(t) => raw.range(t, scratch),
         Scalar::Multirange(t) => raw.multirange(t, scratch),
-        other => raw.text_str(other.name()),
-    }
+        other => return raw.text_bytes(other.name()),
+    };
+    text.map(str::as_bytes)
 }

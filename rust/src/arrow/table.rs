@@ -5,10 +5,10 @@ use std::sync::Arc;
 use arrow_array::builder::BooleanBufferBuilder;
 use arrow_array::types::{Int64Type, TimestampMicrosecondType};
 use arrow_array::{new_null_array, ArrayRef, BooleanArray, ListArray, RecordBatch, StructArray};
-use arrow_buffer::{OffsetBuffer, ScalarBuffer};
+use arrow_buffer::{BooleanBuffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 
-use super::buffers::{room, Bytes, Fixed, OffsetOverflow, Recycler, Validity};
+use super::buffers::{room, Bytes, Fixed, OffsetOverflow, Recycler};
 use super::column::{arrow_type, ColumnBuilder};
 use crate::protocol::{Datum, Lsn, OldKind, PgTimestamp};
 use crate::relation::Relation;
@@ -128,7 +128,9 @@ pub struct ChangeTable {
     columns: Vec<ColumnBuilder>,
     before: Vec<ColumnBuilder>,
     before_fields: Fields,
-    before_valid: Validity,
+    /// Each row's old image kind (`_before_kind`; `None`: `_before` is null), turned into
+    /// the two columns at `finish`.
+    before_kinds: Vec<Option<OldKind>>,
     change_type: Bytes,
     lsn: Fixed<i64>,
     commit_lsn: Fixed<i64>,
@@ -136,6 +138,8 @@ pub struct ChangeTable {
     commit_ts: Fixed<i64>,
     xid: Fixed<i64>,
     before_kind: Bytes,
+    /// Rows with an old image since the last `finish`.
+    old_images: usize,
     /// `_unchanged`: the list offsets and the names.
     unchanged: Vec<i32>,
     unchanged_names: Bytes,
@@ -163,7 +167,7 @@ impl ChangeTable {
             columns: builders(),
             before: builders(),
             before_fields: data_fields(&relation),
-            before_valid: Validity::default(),
+            before_kinds: Vec::new(),
             change_type: Bytes::default(),
             lsn: Fixed::default(),
             commit_lsn: Fixed::default(),
@@ -171,6 +175,7 @@ impl ChangeTable {
             commit_ts: Fixed::default(),
             xid: Fixed::default(),
             before_kind: Bytes::default(),
+            old_images: 0,
             unchanged: vec![0],
             unchanged_names: Bytes::default(),
             recycler: Recycler::default(),
@@ -238,14 +243,11 @@ impl ChangeTable {
             for (i, builder) in self.before.iter_mut().enumerate() {
                 put(builder, i, values.get(i));
             }
+            self.old_images += 1;
         } else {
             self.before_pending_nulls += 1;
         }
-        self.before_valid.push(old.is_some());
-        match old {
-            None => self.before_kind.push_null(),
-            Some((k, _)) => push_name(&mut self.before_kind, before_kind_name(k)),
-        }
+        self.before_kinds.push(old.map(|(k, _)| k));
         push_name(&mut self.change_type, kind.name());
         self.lsn.push(meta.lsn as i64);
         self.commit_lsn
@@ -274,31 +276,13 @@ impl ChangeTable {
     /// Finishes the rows appended so far into one record batch; the table starts empty again.
     pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
         let rows = std::mem::take(&mut self.rows);
-        let recycler = &mut self.recycler;
-        recycler.begin();
+        self.recycler.begin();
         let mut arrays = Vec::with_capacity(self.columns.len() + 9);
         for b in &mut self.columns {
-            arrays.push(b.finish(recycler)?);
+            arrays.push(b.finish(&mut self.recycler)?);
         }
-        let before: ArrayRef = if self.before_pending_nulls == rows {
-            // No row had an old image: an all-null struct, in zeroed memory that nothing
-            // writes to.
-            self.before_pending_nulls = 0;
-            self.before_valid.clear();
-            new_null_array(&DataType::Struct(self.before_fields.clone()), rows)
-        } else {
-            flush_nulls(&mut self.before, &mut self.before_pending_nulls);
-            let mut children = Vec::with_capacity(self.before.len());
-            for b in &mut self.before {
-                children.push(b.finish(recycler)?);
-            }
-            let nulls = self.before_valid.finish(recycler);
-            Arc::new(StructArray::try_new(
-                self.before_fields.clone(),
-                children,
-                nulls,
-            )?)
-        };
+        let (before, before_kind) = self.finish_before(rows)?;
+        let recycler = &mut self.recycler;
         let names = self.unchanged_names.finish_utf8(recycler)?;
         let mut next = recycler.vec(room(rows) + 1);
         next.push(0);
@@ -316,7 +300,7 @@ impl ChangeTable {
                 .finish::<TimestampMicrosecondType>(&commit_ts_type(), recycler),
             self.xid.finish::<Int64Type>(&DataType::Int64, recycler),
             before,
-            self.before_kind.finish_utf8(recycler)?,
+            before_kind,
             Arc::new(unchanged),
         ]);
         recycler.end();
@@ -332,6 +316,43 @@ impl ChangeTable {
             }
         }
         arrow_select::filter::filter_record_batch(&batch, &BooleanArray::new(keep.finish(), None))
+    }
+}
+
+impl ChangeTable {
+    /// `_before` and `_before_kind`.
+    fn finish_before(&mut self, rows: usize) -> Result<(ArrayRef, ArrayRef), ArrowError> {
+        let recycler = &mut self.recycler;
+        let kinds = &mut self.before_kinds;
+        if std::mem::take(&mut self.old_images) == 0 {
+            // No row had an old image (inserts): all-null columns, in zeroed memory that
+            // nothing writes to.
+            self.before_pending_nulls = 0;
+            kinds.clear();
+            return Ok((
+                new_null_array(&DataType::Struct(self.before_fields.clone()), rows),
+                new_null_array(&DataType::Utf8, rows),
+            ));
+        }
+        flush_nulls(&mut self.before, &mut self.before_pending_nulls);
+        let mut children = Vec::with_capacity(self.before.len());
+        for b in &mut self.before {
+            children.push(b.finish(recycler)?);
+        }
+        let valid =
+            BooleanBuffer::collect_bool(kinds.len(), |i| kinds.get(i).is_some_and(Option::is_some));
+        for kind in kinds.drain(..) {
+            match kind {
+                None => self.before_kind.push_null(),
+                Some(k) => push_name(&mut self.before_kind, before_kind_name(k)),
+            }
+        }
+        let before = StructArray::try_new(
+            self.before_fields.clone(),
+            children,
+            Some(NullBuffer::new(valid)),
+        )?;
+        Ok((Arc::new(before), self.before_kind.finish_utf8(recycler)?))
     }
 }
 

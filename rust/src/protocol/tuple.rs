@@ -34,6 +34,50 @@ impl Datum<'_> {
 
 /// Parses a TupleData at the cursor.
 pub fn parse_tuple<'a>(cur: &mut Cursor<'a>) -> Result<Vec<Datum<'a>>, DecodeError> {
+    if let Some((tuple, used)) = parse_well_formed(cur.rest()) {
+        cur.skip(used);
+        return Ok(tuple);
+    }
+    parse_or_explain(cur)
+}
+
+/// The common case, a well-formed tuple, read straight off the slice: the tuple and the
+/// bytes it took, or `None` at the first problem (then [`parse_or_explain`] reads it
+/// again to say what and where).
+fn parse_well_formed(buf: &[u8]) -> Option<(Vec<Datum<'_>>, usize)> {
+    let (ncols, mut rest) = buf.split_first_chunk::<2>()?;
+    let ncols = usize::try_from(i16::from_be_bytes(*ncols)).ok()?;
+    // Every column takes at least one byte: never reserve more than the bytes present.
+    if ncols > rest.len() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(ncols);
+    for _ in 0..ncols {
+        let (&kind, tail) = rest.split_first()?;
+        rest = tail;
+        let datum = match kind {
+            b'n' => Datum::Null,
+            b'u' => Datum::UnchangedToast,
+            b't' | b'b' => {
+                let (len, tail) = rest.split_first_chunk::<4>()?;
+                let len = usize::try_from(i32::from_be_bytes(*len)).ok()?;
+                let (value, tail) = tail.split_at_checked(len)?;
+                rest = tail;
+                if kind == b't' {
+                    Datum::Text(std::str::from_utf8(value).ok()?)
+                } else {
+                    Datum::Binary(value)
+                }
+            }
+            _ => return None,
+        };
+        out.push(datum);
+    }
+    Some((out, buf.len() - rest.len()))
+}
+
+/// Parses a TupleData at the cursor, field by field, naming the first problem exactly.
+fn parse_or_explain<'a>(cur: &mut Cursor<'a>) -> Result<Vec<Datum<'a>>, DecodeError> {
     let at = cur.offset();
     let ncols = cur.i16("column count")?;
     let ncols = usize::try_from(ncols).map_err(|_| {
