@@ -10,6 +10,8 @@
 //! ```
 //! Values are borrowed from the message: no copy, no allocation per value.
 
+use std::ops::Range;
+
 use crate::error::{DecodeError, Reason};
 use crate::wire::Cursor;
 
@@ -34,7 +36,15 @@ impl Datum<'_> {
 
 /// Parses a TupleData at the cursor.
 pub fn parse_tuple<'a>(cur: &mut Cursor<'a>) -> Result<Vec<Datum<'a>>, DecodeError> {
-    if let Some((tuple, used)) = parse_well_formed(cur.rest()) {
+    let rest = cur.rest();
+    // A tuple's values are all text or all binary (the stream's format).
+    let binary = rest.get(2) == Some(&b'b');
+    let parsed = if binary {
+        parse_well_formed::<true>(rest)
+    } else {
+        parse_well_formed::<false>(rest)
+    };
+    if let Some((tuple, used)) = parsed {
         cur.skip(used);
         return Ok(tuple);
     }
@@ -44,7 +54,15 @@ pub fn parse_tuple<'a>(cur: &mut Cursor<'a>) -> Result<Vec<Datum<'a>>, DecodeErr
 /// The common case, a well-formed tuple, read straight off the slice: the tuple and the
 /// bytes it took, or `None` at the first problem (then [`parse_or_explain`] reads it
 /// again to say what and where).
-fn parse_well_formed(buf: &[u8]) -> Option<(Vec<Datum<'_>>, usize)> {
+///
+/// Text values are checked to be UTF-8 a stretch of the tuple at a time rather than one
+/// by one: most are short (numbers, dates, uuids), and one check over the bytes holding
+/// them, column headers included, costs a fraction of one check per value. A header is
+/// ASCII unless its length has a byte from 128 up: such a header ends a stretch. Until its
+/// stretch is checked, a text value waits in the tuple as `Binary`.
+///
+/// `BINARY`: the values are expected in binary format (a text value gives `None`).
+fn parse_well_formed<const BINARY: bool>(buf: &[u8]) -> Option<(Vec<Datum<'_>>, usize)> {
     let (ncols, mut rest) = buf.split_first_chunk::<2>()?;
     let ncols = usize::try_from(i16::from_be_bytes(*ncols)).ok()?;
     // Every column takes at least one byte: never reserve more than the bytes present.
@@ -52,28 +70,60 @@ fn parse_well_formed(buf: &[u8]) -> Option<(Vec<Datum<'_>>, usize)> {
         return None;
     }
     let mut out = Vec::with_capacity(ncols);
+    let (mut text, mut binary) = (false, false);
+    // The stretch being read: its first byte, and its first column.
+    let (mut from, mut first) = (2, 0);
     for _ in 0..ncols {
+        let at = buf.len() - rest.len();
         let (&kind, tail) = rest.split_first()?;
         rest = tail;
         let datum = match kind {
             b'n' => Datum::Null,
             b'u' => Datum::UnchangedToast,
             b't' | b'b' => {
+                if BINARY && kind == b't' {
+                    return None;
+                }
                 let (len, tail) = rest.split_first_chunk::<4>()?;
+                if !BINARY && kind == b't' && !len.is_ascii() {
+                    check_text(buf, from..at, out.get_mut(first..)?)?;
+                    (from, first) = (at + 5, out.len());
+                }
                 let len = usize::try_from(i32::from_be_bytes(*len)).ok()?;
                 let (value, tail) = tail.split_at_checked(len)?;
                 rest = tail;
-                if kind == b't' {
-                    Datum::Text(std::str::from_utf8(value).ok()?)
-                } else {
-                    Datum::Binary(value)
+                if !BINARY {
+                    text |= kind == b't';
+                    binary |= kind == b'b';
                 }
+                Datum::Binary(value)
             }
             _ => return None,
         };
         out.push(datum);
     }
-    Some((out, buf.len() - rest.len()))
+    let used = buf.len() - rest.len();
+    match (text, binary) {
+        // Both formats in one tuple: not what pgoutput sends; read value by value.
+        (true, true) => return None,
+        (true, false) => check_text(buf, from..used, out.get_mut(first..)?)?,
+        _ => {}
+    }
+    Some((out, used))
+}
+
+/// Checks that `buf[range]` is UTF-8 and turns the values waiting in `tuple` (its text
+/// values, all inside `range`) into `Text`.
+fn check_text<'a>(buf: &'a [u8], range: Range<usize>, tuple: &mut [Datum<'a>]) -> Option<()> {
+    let base = (buf.as_ptr() as usize).checked_add(range.start)?;
+    let text = std::str::from_utf8(buf.get(range)?).ok()?;
+    for datum in tuple {
+        if let Datum::Binary(value) = *datum {
+            let at = (value.as_ptr() as usize).checked_sub(base)?;
+            *datum = Datum::Text(text.get(at..at.checked_add(value.len())?)?);
+        }
+    }
+    Some(())
 }
 
 /// Parses a TupleData at the cursor, field by field, naming the first problem exactly.
