@@ -174,3 +174,76 @@ fn parse_or_explain<'a>(cur: &mut Cursor<'a>) -> Result<Vec<Datum<'a>>, DecodeEr
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::error::MessageKind;
+
+    /// A column: its kind byte and, for 't' and 'b', its value.
+    fn column() -> impl Strategy<Value = (u8, Vec<u8>)> {
+        let value = prop_oneof![
+            // Short and long (a length byte from 128 up ends a stretch), any Unicode.
+            ".{0,8}".prop_map(String::into_bytes),
+            ".{100,200}".prop_map(String::into_bytes),
+            proptest::collection::vec(any::<u8>(), 0..300),
+        ];
+        (
+            prop_oneof![Just(b'n'), Just(b'u'), Just(b't'), Just(b'b')],
+            value,
+        )
+    }
+
+    fn encode(columns: &[(u8, Vec<u8>)]) -> Vec<u8> {
+        let mut out = (columns.len() as i16).to_be_bytes().to_vec();
+        for (kind, value) in columns {
+            out.push(*kind);
+            if matches!(kind, b't' | b'b') {
+                out.extend((value.len() as i32).to_be_bytes());
+                out.extend(value);
+            }
+        }
+        out
+    }
+
+    proptest! {
+        /// Whatever the bytes, the fast path gives what the field-by-field path gives, or
+        /// leaves the tuple to it.
+        #[test]
+        fn fast_path_reads_like_the_field_by_field_path(
+            columns in proptest::collection::vec(column(), 0..10),
+            text_only in any::<bool>(),
+            damage in proptest::option::of((any::<prop::sample::Index>(), any::<u8>())),
+            cut in proptest::option::of(any::<prop::sample::Index>()),
+        ) {
+            let columns: Vec<_> = columns
+                .into_iter()
+                .map(|(k, v)| (if text_only && k == b'b' { b't' } else { k }, v))
+                .collect();
+            let mut bytes = encode(&columns);
+            if let Some((at, byte)) = damage {
+                let i = at.index(bytes.len());
+                if let Some(b) = bytes.get_mut(i) {
+                    *b = byte;
+                }
+            }
+            if let Some(at) = cut {
+                bytes.truncate(at.index(bytes.len() + 1));
+            }
+            let mut slow_cur = Cursor::new(&bytes, MessageKind::Insert);
+            let slow = parse_or_explain(&mut slow_cur);
+            for (tuple, used) in [parse_well_formed::<true>(&bytes), parse_well_formed::<false>(&bytes)]
+                .into_iter()
+                .flatten()
+            {
+                prop_assert_eq!(Some(&tuple), slow.as_ref().ok());
+                prop_assert_eq!(used, slow_cur.offset());
+            }
+            let mut cur = Cursor::new(&bytes, MessageKind::Insert);
+            prop_assert_eq!(parse_tuple(&mut cur), slow);
+            prop_assert_eq!(cur.offset(), slow_cur.offset());
+        }
+    }
+}
