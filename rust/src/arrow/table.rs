@@ -210,42 +210,25 @@ impl ChangeTable {
         new: Option<&[Datum<'_>]>,
         old: Option<(OldKind, &[Datum<'_>])>,
     ) -> Result<(), ColumnError> {
-        let mut first_error: Option<ColumnError> = None;
-        let mut unchanged: Vec<&str> = Vec::new();
-        let relation = &self.relation;
         let binary = self.binary;
-        let mut put = |builder: &mut ColumnBuilder, i: usize, datum: Option<&Datum<'_>>| match datum
-        {
-            Some(d @ (Datum::Text(_) | Datum::Binary(_))) if first_error.is_none() => {
-                // On error the builder has appended a null entry: the columns stay aligned.
-                if let Err(error) = builder.append(d, binary) {
-                    first_error = Some(ColumnError {
-                        column: column_name(relation, i),
-                        error,
-                    });
-                }
-            }
-            _ => builder.append_null(),
-        };
-        for (i, builder) in self.columns.iter_mut().enumerate() {
-            let datum = new.and_then(|row| row.get(i));
-            if let Some(Datum::UnchangedToast) = datum {
-                if let Some(col) = relation.columns.get(i) {
-                    unchanged.push(&col.name);
-                }
-            }
-            put(builder, i, datum);
-        }
+        let mut failed = append_values(&mut self.columns, new, binary);
         // Most rows have no old image: their `_before` nulls are appended in bulk, when the
         // next row with one comes or at `finish`.
         if let Some((_, values)) = old {
             flush_nulls(&mut self.before, &mut self.before_pending_nulls);
-            for (i, builder) in self.before.iter_mut().enumerate() {
-                put(builder, i, values.get(i));
-            }
+            let before_failed = append_values(&mut self.before, Some(values), binary);
+            failed = failed.or(before_failed);
             self.old_images += 1;
         } else {
             self.before_pending_nulls += 1;
+        }
+        let row = new.unwrap_or_default();
+        if row.iter().any(Datum::is_unchanged) {
+            for (datum, column) in row.iter().zip(&self.relation.columns) {
+                if datum.is_unchanged() {
+                    push_name(&mut self.unchanged_names, &column.name);
+                }
+            }
         }
         self.before_kinds.push(old.map(|(k, _)| k));
         push_name(&mut self.change_type, kind.name());
@@ -258,17 +241,17 @@ impl ChangeTable {
                 .map(|t| t.saturating_add(PG_EPOCH_OFFSET_MICROS)),
         );
         self.xid.push_option(meta.xid.map(i64::from));
-        for name in unchanged {
-            push_name(&mut self.unchanged_names, name);
-        }
         let names = i32::try_from(self.unchanged_names.len()).unwrap_or(i32::MAX);
         self.unchanged.push(names);
         self.rows += 1;
-        match first_error {
+        match failed {
             None => Ok(()),
-            Some(e) => {
+            Some((i, error)) => {
                 self.failed_rows.push(self.rows - 1);
-                Err(e)
+                Err(ColumnError {
+                    column: column_name(&self.relation, i),
+                    error,
+                })
             }
         }
     }
@@ -370,6 +353,29 @@ fn push_name(column: &mut Bytes, name: &str) {
     if let Err(OffsetOverflow) = column.push(name.as_bytes()) {
         column.push_null();
     }
+}
+
+/// Appends one entry to each builder: the row's value, or null where the row holds none
+/// (NULL, an unchanged-TOAST marker, no row). After a value that fails (its builder has
+/// appended a null, so the columns stay aligned) the rest are nulls; which one failed.
+fn append_values(
+    builders: &mut [ColumnBuilder],
+    row: Option<&[Datum<'_>]>,
+    binary: bool,
+) -> Option<(usize, ValueError)> {
+    let row = row.unwrap_or_default();
+    let mut failed = None;
+    for (i, builder) in builders.iter_mut().enumerate() {
+        match row.get(i) {
+            Some(d @ (Datum::Text(_) | Datum::Binary(_))) if failed.is_none() => {
+                if let Err(error) = builder.append(d, binary) {
+                    failed = Some((i, error));
+                }
+            }
+            _ => builder.append_null(),
+        }
+    }
+    failed
 }
 
 fn flush_nulls(builders: &mut [ColumnBuilder], pending: &mut usize) {

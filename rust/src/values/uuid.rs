@@ -91,7 +91,10 @@ pub fn binary(b: &[u8]) -> Result<Uuid, ValueError> {
     // Where each byte's two hex digits go: the groups are 4, 2, 2, 2 and 6 bytes.
     const AT: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
     for (&byte, &at) in bytes.iter().zip(AT.iter()) {
-        let pair = HEX_PAIRS.get(usize::from(byte)).copied().unwrap_or([b'0'; 2]);
+        let pair = HEX_PAIRS
+            .get(usize::from(byte))
+            .copied()
+            .unwrap_or([b'0'; 2]);
         if let Some(slot) = out.get_mut(at..at + 2) {
             slot.copy_from_slice(&pair);
         }
