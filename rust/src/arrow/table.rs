@@ -140,6 +140,8 @@ pub struct ChangeTable {
     before_kind: Bytes,
     /// Rows with an old image since the last `finish`.
     old_images: usize,
+    /// All-null `_before` and `_before_kind` columns, shared by batches without old images.
+    null_before: Option<(ArrayRef, ArrayRef)>,
     /// `_unchanged`: the list offsets and the names.
     unchanged: Vec<i32>,
     unchanged_names: Bytes,
@@ -176,6 +178,7 @@ impl ChangeTable {
             xid: Fixed::default(),
             before_kind: Bytes::default(),
             old_images: 0,
+            null_before: None,
             unchanged: vec![0],
             unchanged_names: Bytes::default(),
             recycler: Recycler::default(),
@@ -308,14 +311,21 @@ impl ChangeTable {
         let recycler = &mut self.recycler;
         let kinds = &mut self.before_kinds;
         if std::mem::take(&mut self.old_images) == 0 {
-            // No row had an old image (inserts): all-null columns, in zeroed memory that
-            // nothing writes to.
+            // No row had an old image (inserts): all-null columns. Their content depends on
+            // nothing but the length, so batches share one pair (Arrow arrays are
+            // immutable), sliced to length.
             self.before_pending_nulls = 0;
             kinds.clear();
-            return Ok((
-                new_null_array(&DataType::Struct(self.before_fields.clone()), rows),
-                new_null_array(&DataType::Utf8, rows),
-            ));
+            let nulls = match self.null_before.take() {
+                Some(pair) if pair.0.len() >= rows => pair,
+                _ => (
+                    new_null_array(&DataType::Struct(self.before_fields.clone()), room(rows)),
+                    new_null_array(&DataType::Utf8, room(rows)),
+                ),
+            };
+            let sliced = (nulls.0.slice(0, rows), nulls.1.slice(0, rows));
+            self.null_before = Some(nulls);
+            return Ok(sliced);
         }
         flush_nulls(&mut self.before, &mut self.before_pending_nulls);
         let mut children = Vec::with_capacity(self.before.len());
