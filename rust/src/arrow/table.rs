@@ -131,7 +131,12 @@ pub struct ChangeTable {
     /// Each row's old image kind (`_before_kind`; `None`: `_before` is null), turned into
     /// the two columns at `finish`.
     before_kinds: Vec<Option<OldKind>>,
+    /// Each row's change kind, turned into `_change_type` at `finish`.
+    change_kinds: Vec<ChangeKind>,
     change_type: Bytes,
+    /// A `_change_type` column of one kind, shared by the batches whose rows are all of
+    /// that kind (sliced to length).
+    same_change_type: Option<(ChangeKind, ArrayRef)>,
     lsn: Fixed<i64>,
     commit_lsn: Fixed<i64>,
     tx_ordinal: Fixed<i64>,
@@ -170,7 +175,9 @@ impl ChangeTable {
             before: builders(),
             before_fields: data_fields(&relation),
             before_kinds: Vec::new(),
+            change_kinds: Vec::new(),
             change_type: Bytes::default(),
+            same_change_type: None,
             lsn: Fixed::default(),
             commit_lsn: Fixed::default(),
             tx_ordinal: Fixed::default(),
@@ -234,7 +241,7 @@ impl ChangeTable {
             }
         }
         self.before_kinds.push(old.map(|(k, _)| k));
-        push_name(&mut self.change_type, kind.name());
+        self.change_kinds.push(kind);
         self.lsn.push(meta.lsn as i64);
         self.commit_lsn
             .push_option(meta.commit_lsn.map(|l| l as i64));
@@ -268,6 +275,7 @@ impl ChangeTable {
             arrays.push(b.finish(&mut self.recycler)?);
         }
         let (before, before_kind) = self.finish_before(rows)?;
+        let change_type = self.finish_change_type()?;
         let recycler = &mut self.recycler;
         let names = self.unchanged_names.finish_utf8(recycler)?;
         let mut next = recycler.vec(room(rows) + 1);
@@ -276,7 +284,7 @@ impl ChangeTable {
         let offsets = OffsetBuffer::new(ScalarBuffer::new(recycler.lend(offsets), 0, rows + 1));
         let unchanged = ListArray::try_new(unchanged_item(), offsets, names, None)?;
         arrays.extend([
-            self.change_type.finish_utf8(recycler)?,
+            change_type,
             self.lsn.finish::<Int64Type>(&DataType::Int64, recycler),
             self.commit_lsn
                 .finish::<Int64Type>(&DataType::Int64, recycler),
@@ -306,6 +314,36 @@ impl ChangeTable {
 }
 
 impl ChangeTable {
+    /// `_change_type`.
+    fn finish_change_type(&mut self) -> Result<ArrayRef, ArrowError> {
+        let kinds = &mut self.change_kinds;
+        let rows = kinds.len();
+        let uniform = kinds
+            .first()
+            .copied()
+            .filter(|&k| kinds.iter().all(|&x| x == k));
+        let Some(kind) = uniform else {
+            for kind in kinds.drain(..) {
+                push_name(&mut self.change_type, kind.name());
+            }
+            return self.change_type.finish_utf8(&mut self.recycler);
+        };
+        kinds.clear();
+        let same = match self.same_change_type.take() {
+            Some((k, array)) if k == kind && array.len() >= rows => array,
+            _ => {
+                let mut column = Bytes::default();
+                for _ in 0..room(rows) {
+                    push_name(&mut column, kind.name());
+                }
+                column.finish_utf8(&mut Recycler::default())?
+            }
+        };
+        let sliced = same.slice(0, rows);
+        self.same_change_type = Some((kind, same));
+        Ok(sliced)
+    }
+
     /// `_before` and `_before_kind`.
     fn finish_before(&mut self, rows: usize) -> Result<(ArrayRef, ArrayRef), ArrowError> {
         let recycler = &mut self.recycler;
