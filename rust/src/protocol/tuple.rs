@@ -36,13 +36,22 @@ impl Datum<'_> {
 
 /// Parses a TupleData at the cursor.
 pub fn parse_tuple<'a>(cur: &mut Cursor<'a>) -> Result<Vec<Datum<'a>>, DecodeError> {
+    parse_tuple_into(cur, Vec::new())
+}
+
+/// [`parse_tuple`] into `out` (cleared first): a caller that parses tuple after tuple
+/// reuses one allocation.
+pub fn parse_tuple_into<'a>(
+    cur: &mut Cursor<'a>,
+    out: Vec<Datum<'a>>,
+) -> Result<Vec<Datum<'a>>, DecodeError> {
     let rest = cur.rest();
     // A tuple's values are all text or all binary (the stream's format).
     let binary = rest.get(2) == Some(&b'b');
     let parsed = if binary {
-        parse_well_formed::<true>(rest)
+        parse_well_formed::<true>(rest, out)
     } else {
-        parse_well_formed::<false>(rest)
+        parse_well_formed::<false>(rest, out)
     };
     if let Some((tuple, used)) = parsed {
         cur.skip(used);
@@ -62,14 +71,18 @@ pub fn parse_tuple<'a>(cur: &mut Cursor<'a>) -> Result<Vec<Datum<'a>>, DecodeErr
 /// stretch is checked, a text value waits in the tuple as `Binary`.
 ///
 /// `BINARY`: the values are expected in binary format (a text value gives `None`).
-fn parse_well_formed<const BINARY: bool>(buf: &[u8]) -> Option<(Vec<Datum<'_>>, usize)> {
+fn parse_well_formed<'a, const BINARY: bool>(
+    buf: &'a [u8],
+    mut out: Vec<Datum<'a>>,
+) -> Option<(Vec<Datum<'a>>, usize)> {
     let (ncols, mut rest) = buf.split_first_chunk::<2>()?;
     let ncols = usize::try_from(i16::from_be_bytes(*ncols)).ok()?;
     // Every column takes at least one byte: never reserve more than the bytes present.
     if ncols > rest.len() {
         return None;
     }
-    let mut out = Vec::with_capacity(ncols);
+    out.clear();
+    out.reserve(ncols);
     let (mut text, mut binary) = (false, false);
     // The stretch being read: its first byte, and its first column.
     let (mut from, mut first) = (2, 0);
@@ -236,7 +249,10 @@ mod tests {
             }
             let mut slow_cur = Cursor::new(&bytes, MessageKind::Insert);
             let slow = parse_or_explain(&mut slow_cur);
-            for (tuple, used) in [parse_well_formed::<true>(&bytes), parse_well_formed::<false>(&bytes)]
+            for (tuple, used) in [
+                parse_well_formed::<true>(&bytes, Vec::new()),
+                parse_well_formed::<false>(&bytes, vec![Datum::Null; 3]),
+            ]
                 .into_iter()
                 .flatten()
             {
