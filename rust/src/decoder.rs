@@ -35,7 +35,8 @@ use std::sync::Arc;
 
 use crate::error::{DecodeError, Reason};
 use crate::protocol::{
-    parse_message, Datum, Lsn, Message, OldKind, ParseContext, PgTimestamp, StreamAbort,
+    parse_message, parse_message_into, Datum, Lsn, Message, OldKind, ParseContext, PgTimestamp,
+    StreamAbort,
 };
 use crate::relation::{BaseType, Relation, TypeCatalog, TypeInfo};
 use crate::sink::{EventMeta, EventRef, EventSink, OldImage};
@@ -210,6 +211,8 @@ pub struct Decoder {
     open_stream: Option<u32>,
     streams: HashMap<u32, HeldTx>,
     prepared: HashMap<String, HeldTx>,
+    /// The allocation of the last Insert's tuple, for the next one.
+    spare_tuple: Vec<Datum<'static>>,
 }
 
 impl Decoder {
@@ -223,6 +226,7 @@ impl Decoder {
             open_stream: None,
             streams: HashMap::new(),
             prepared: HashMap::new(),
+            spare_tuple: Vec::new(),
         }
     }
 
@@ -269,11 +273,25 @@ impl Decoder {
             proto_version: self.config.proto_version,
             in_stream: self.open_stream.is_some(),
         };
-        let msg = parse_message(bytes, ctx)?;
+        let msg = parse_message_into(bytes, ctx, std::mem::take(&mut self.spare_tuple))?;
+        let result = self.feed_message(&msg, bytes, lsn, sink);
+        if let Message::Insert(insert) = msg {
+            self.spare_tuple = empty_tuple(insert.new);
+        }
+        result
+    }
+
+    fn feed_message<S: EventSink>(
+        &mut self,
+        msg: &Message<'_>,
+        bytes: &[u8],
+        lsn: Lsn,
+        sink: &mut S,
+    ) -> Result<(), DecodeError> {
         let kind = msg.kind();
         let seq_err = |what: &'static str| DecodeError::new(kind, 0, Reason::OutOfSequence(what));
 
-        match &msg {
+        match msg {
             Message::Begin(begin) => {
                 if self.in_transaction() {
                     return Err(seq_err(
@@ -440,7 +458,7 @@ impl Decoder {
                 sink.event(&meta, EventRef::RollbackPrepared(rollback))
             }
             // Relation, Type, Origin, Insert, Update, Delete, Truncate, Message.
-            _ => self.feed_in_transaction(&msg, bytes, lsn, sink),
+            _ => self.feed_in_transaction(msg, bytes, lsn, sink),
         }
     }
 
@@ -544,6 +562,13 @@ impl Decoder {
             held.messages.retain(|m| m.subxid != Some(abort.subxid));
         }
     }
+}
+
+/// `tuple`'s allocation, emptied, free of the message it borrowed from (collecting an
+/// emptied vector into one of a type of the same layout keeps the allocation).
+fn empty_tuple(mut tuple: Vec<Datum<'_>>) -> Vec<Datum<'static>> {
+    tuple.clear();
+    tuple.into_iter().map(|_| Datum::Null).collect()
 }
 
 fn hold(

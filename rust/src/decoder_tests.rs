@@ -435,3 +435,16 @@ fn relation_resent_after_ddl_changes_how_later_rows_are_read() {
     assert!(r.feed(&insert(None, &["3"]), 9).is_err());
     assert_eq!(r.dec.relation(REL as u32).unwrap().columns.len(), 2);
 }
+
+/// The tuple allocation an Insert leaves behind is the one the next Insert parses into.
+#[test]
+fn insert_tuples_reuse_one_allocation() {
+    let text = String::from("abc");
+    let mut tuple = Vec::with_capacity(8);
+    tuple.push(Datum::Text(&text));
+    let ptr = tuple.as_ptr() as usize;
+    let spare = empty_tuple(tuple);
+    assert!(spare.is_empty());
+    assert!(spare.capacity() >= 8);
+    assert_eq!(spare.as_ptr() as usize, ptr);
+}

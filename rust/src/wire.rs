@@ -27,6 +27,17 @@ impl<'a> Cursor<'a> {
         self.buf.len().saturating_sub(self.pos)
     }
 
+    /// The bytes not read yet.
+    pub fn rest(&self) -> &'a [u8] {
+        self.buf.get(self.pos..).unwrap_or_default()
+    }
+
+    /// Moves past `n` bytes of [`Cursor::rest`] the caller has read itself (at most to
+    /// the end).
+    pub fn skip(&mut self, n: usize) {
+        self.pos = self.pos.saturating_add(n).min(self.buf.len());
+    }
+
     pub fn set_kind(&mut self, kind: MessageKind) {
         self.kind = kind;
     }

@@ -1,21 +1,21 @@
 //! One Arrow column builder per published column, typed by CONTRACT section 5: values go
 //! from the message bytes ([`Datum`]) through the value layer ([`Raw`]) into the builder,
 //! with no per-value allocation (strings that must be rewritten, such as binary-format
-//! inet or numeric, reuse one scratch buffer per column).
+//! inet or numeric, reuse one scratch buffer per column). The columns are plain vectors
+//! ([`super::buffers`]) whose memory is reused batch after batch.
 
 use std::sync::Arc;
 
-use arrow_array::builder::{
-    BinaryBuilder, BooleanBufferBuilder, BooleanBuilder, Date32Builder, Decimal128Builder,
-    Float32Builder, Float64Builder, Int16Builder, Int32Builder, Int64Builder, StringBuilder,
-    Time64MicrosecondBuilder, TimestampMicrosecondBuilder,
+use arrow_array::builder::{BooleanBuilder, Decimal128Builder};
+use arrow_array::types::{
+    Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type,
+    Time64MicrosecondType, TimestampMicrosecondType,
 };
-use arrow_array::builder::{GenericByteBuilder, PrimitiveBuilder};
-use arrow_array::types::ByteArrayType;
-use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, ListArray, StructArray};
-use arrow_buffer::{NullBuffer, OffsetBuffer, ScalarBuffer};
-use arrow_schema::{DataType, Field, FieldRef, Fields, TimeUnit};
+use arrow_array::{ArrayRef, ListArray, StructArray};
+use arrow_buffer::{OffsetBuffer, ScalarBuffer};
+use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, TimeUnit};
 
+use super::buffers::{room, Bytes, Fixed, OffsetOverflow, Recycler, Validity};
 use crate::protocol::Datum;
 use crate::values::{PgType, Raw, Scalar, ValueError, ValueErrorKind};
 
@@ -92,18 +92,19 @@ fn decimal_spec(m: crate::values::NumericMod) -> Option<crate::values::Decimal12
     })
 }
 
+#[derive(Default)]
 struct IntervalParts {
-    months: Int32Builder,
-    days: Int32Builder,
-    micros: Int64Builder,
-    valid: BooleanBufferBuilder,
+    months: Fixed<i32>,
+    days: Fixed<i32>,
+    micros: Fixed<i64>,
+    valid: Validity,
 }
 
 struct ListParts {
     item: Box<ColumnBuilder>,
     field: FieldRef,
     offsets: Vec<i32>,
-    valid: BooleanBufferBuilder,
+    valid: Validity,
 }
 
 impl ListParts {
@@ -143,7 +144,7 @@ impl ListParts {
     fn close(&mut self, valid: bool) {
         let end = i32::try_from(self.item.len()).unwrap_or(i32::MAX);
         self.offsets.push(end);
-        self.valid.append(valid);
+        self.valid.push(valid);
     }
 }
 
@@ -151,17 +152,17 @@ impl ListParts {
 #[allow(clippy::large_enum_variant)]
 enum Kind {
     Bool(BooleanBuilder),
-    Int16(Int16Builder),
-    Int32(Int32Builder),
-    Int64(Int64Builder),
-    Float32(Float32Builder),
-    Float64(Float64Builder),
-    Decimal(Decimal128Builder, crate::values::Decimal128Spec),
-    Utf8(StringBuilder),
-    Binary(BinaryBuilder),
-    Date32(Date32Builder),
-    Time64(Time64MicrosecondBuilder),
-    Timestamp(TimestampMicrosecondBuilder),
+    Int16(Fixed<i16>),
+    Int32(Fixed<i32>),
+    Int64(Fixed<i64>),
+    Float32(Fixed<f32>),
+    Float64(Fixed<f64>),
+    Decimal(Fixed<i128>, crate::values::Decimal128Spec),
+    Utf8(Bytes),
+    Binary(Bytes),
+    Date32(Fixed<i32>),
+    Time64(Fixed<i64>),
+    Timestamp(Fixed<i64>),
     Interval(IntervalParts),
     List(ListParts),
 }
@@ -171,6 +172,8 @@ pub struct ColumnBuilder {
     /// The scalar type of the values (of the elements, for an array column); `None` for a
     /// type this layer does not know, read as text.
     scalar: Option<Scalar>,
+    /// The Arrow type of the values (of the elements, for an array column).
+    data_type: DataType,
     kind: Kind,
     scratch: String,
     bytes: Vec<u8>,
@@ -186,18 +189,20 @@ impl ColumnBuilder {
             PgType::Scalar(s) => Self::scalar(s),
             PgType::Array(s) => Self {
                 scalar: Some(s),
+                data_type: scalar_type(s),
                 kind: Kind::List(ListParts {
                     item: Box::new(Self::scalar(s)),
                     field: item_field(s),
                     offsets: vec![0],
-                    valid: BooleanBufferBuilder::new(0),
+                    valid: Validity::default(),
                 }),
                 scratch: String::new(),
                 bytes: Vec::new(),
             },
             PgType::Unknown(_) => Self {
                 scalar: None,
-                kind: Kind::Utf8(StringBuilder::new()),
+                data_type: DataType::Utf8,
+                kind: Kind::Utf8(Bytes::default()),
                 scratch: String::new(),
                 bytes: Vec::new(),
             },
@@ -205,36 +210,28 @@ impl ColumnBuilder {
     }
 
     fn scalar(s: Scalar) -> Self {
-        let kind = match scalar_type(s) {
+        let data_type = scalar_type(s);
+        let kind = match &data_type {
             DataType::Boolean => Kind::Bool(BooleanBuilder::new()),
-            DataType::Int16 => Kind::Int16(Int16Builder::new()),
-            DataType::Int32 => Kind::Int32(Int32Builder::new()),
-            DataType::Int64 => Kind::Int64(Int64Builder::new()),
-            DataType::Float32 => Kind::Float32(Float32Builder::new()),
-            DataType::Float64 => Kind::Float64(Float64Builder::new()),
-            DataType::Decimal128(precision, scale) => Kind::Decimal(
-                Decimal128Builder::new()
-                    .with_precision_and_scale(precision, scale)
-                    .unwrap_or_default(),
+            DataType::Int16 => Kind::Int16(Fixed::default()),
+            DataType::Int32 => Kind::Int32(Fixed::default()),
+            DataType::Int64 => Kind::Int64(Fixed::default()),
+            DataType::Float32 => Kind::Float32(Fixed::default()),
+            DataType::Float64 => Kind::Float64(Fixed::default()),
+            &DataType::Decimal128(precision, scale) => Kind::Decimal(
+                Fixed::default(),
                 crate::values::Decimal128Spec { precision, scale },
             ),
-            DataType::Binary => Kind::Binary(BinaryBuilder::new()),
-            DataType::Date32 => Kind::Date32(Date32Builder::new()),
-            DataType::Time64(_) => Kind::Time64(Time64MicrosecondBuilder::new()),
-            DataType::Timestamp(_, Some(tz)) => {
-                Kind::Timestamp(TimestampMicrosecondBuilder::new().with_timezone(tz))
-            }
-            DataType::Timestamp(_, None) => Kind::Timestamp(TimestampMicrosecondBuilder::new()),
-            DataType::Struct(_) => Kind::Interval(IntervalParts {
-                months: Int32Builder::new(),
-                days: Int32Builder::new(),
-                micros: Int64Builder::new(),
-                valid: BooleanBufferBuilder::new(0),
-            }),
-            _ => Kind::Utf8(StringBuilder::new()),
+            DataType::Binary => Kind::Binary(Bytes::default()),
+            DataType::Date32 => Kind::Date32(Fixed::default()),
+            DataType::Time64(_) => Kind::Time64(Fixed::default()),
+            DataType::Timestamp(..) => Kind::Timestamp(Fixed::default()),
+            DataType::Struct(_) => Kind::Interval(IntervalParts::default()),
+            _ => Kind::Utf8(Bytes::default()),
         };
         Self {
             scalar: Some(s),
+            data_type,
             kind,
             scratch: String::new(),
             bytes: Vec::new(),
@@ -269,6 +266,7 @@ impl ColumnBuilder {
             kind,
             scratch,
             bytes,
+            ..
         } = self;
         let scalar = *scalar;
         match kind {
@@ -276,8 +274,8 @@ impl ColumnBuilder {
                 return list.append(raw, scratch);
             }
             Kind::Bool(b) => b.append_value(raw.bool()?),
-            Kind::Int16(b) => b.append_value(raw.int2()?),
-            Kind::Int32(b) => b.append_value(raw.int4()?),
+            Kind::Int16(b) => b.push(raw.int2()?),
+            Kind::Int32(b) => b.push(raw.int4()?),
             Kind::Int64(b) => {
                 let v = match scalar {
                     Some(Scalar::Oid) => raw.oid()?,
@@ -285,52 +283,44 @@ impl ColumnBuilder {
                     Some(Scalar::Cid) => raw.cid()?,
                     _ => raw.int8()?,
                 };
-                b.append_value(v)
+                b.push(v)
             }
-            Kind::Float32(b) => b.append_value(raw.float4()?),
-            Kind::Float64(b) => b.append_value(raw.float8()?),
-            Kind::Decimal(b, spec) => b.append_value(raw.numeric_decimal(*spec)?),
-            Kind::Binary(b) => b.append_value(raw.bytea(bytes)?),
-            Kind::Date32(b) => b.append_value(raw.date()?),
-            Kind::Time64(b) => b.append_value(raw.time()?),
+            Kind::Float32(b) => b.push(raw.float4()?),
+            Kind::Float64(b) => b.push(raw.float8()?),
+            Kind::Decimal(b, spec) => b.push(raw.numeric_decimal(*spec)?),
+            Kind::Binary(b) => b
+                .push(raw.bytea(bytes)?)
+                .map_err(|OffsetOverflow| overflow("bytea"))?,
+            Kind::Date32(b) => b.push(raw.date()?),
+            Kind::Time64(b) => b.push(raw.time()?),
             Kind::Timestamp(b) => {
                 let v = match scalar {
                     Some(Scalar::TimestampTz) => raw.timestamptz()?,
                     _ => raw.timestamp()?,
                 };
-                b.append_value(v)
+                b.push(v)
             }
             Kind::Interval(p) => {
                 let v = raw.interval()?;
-                p.months.append_value(v.months);
-                p.days.append_value(v.days);
-                p.micros.append_value(v.microseconds);
-                p.valid.append(true);
+                p.months.push(v.months);
+                p.days.push(v.days);
+                p.micros.push(v.microseconds);
+                p.valid.push(true);
             }
             Kind::Utf8(b) => {
-                match scalar {
-                    Some(Scalar::Uuid) => {
-                        let uuid = raw.uuid()?;
-                        match raw {
-                            // Already canonical (as PostgreSQL prints it): the text as is.
-                            Raw::Text(s)
-                                if <&[u8; 36]>::try_from(s.as_bytes()).ok()
-                                    == Some(uuid.as_bytes()) =>
-                            {
-                                b.append_value(s)
-                            }
-                            _ => b.append_value(uuid.as_str()),
-                        }
-                    }
-                    Some(s) => b.append_value(text_of(s, raw, scratch)?),
+                let text = match scalar {
+                    // The canonical text, in a buffer of its own (no `str` made of it).
+                    Some(Scalar::Uuid) => b.push(raw.uuid()?.as_bytes()),
+                    Some(s) => b.push(text_of(s, raw, scratch)?),
                     // A type this layer does not know: its text form, as the contract asks.
                     None => match raw {
-                        Raw::Text(s) => b.append_value(s),
+                        Raw::Text(s) => b.push(s.as_bytes()),
                         Raw::Binary(_) => {
                             return Err(ValueError::new("user type", ValueErrorKind::Unsupported))
                         }
                     },
-                }
+                };
+                text.map_err(|OffsetOverflow| overflow("text"))?;
             }
         }
         Ok(())
@@ -340,17 +330,13 @@ impl ColumnBuilder {
     pub fn append_nulls(&mut self, n: usize) {
         match &mut self.kind {
             Kind::Bool(b) => b.append_nulls(n),
-            Kind::Int16(b) => b.append_nulls(n),
-            Kind::Int32(b) => b.append_nulls(n),
-            Kind::Int64(b) => b.append_nulls(n),
-            Kind::Float32(b) => b.append_nulls(n),
-            Kind::Float64(b) => b.append_nulls(n),
-            Kind::Decimal(b, _) => b.append_nulls(n),
-            Kind::Utf8(b) => b.append_nulls(n),
-            Kind::Binary(b) => b.append_nulls(n),
-            Kind::Date32(b) => b.append_nulls(n),
-            Kind::Time64(b) => b.append_nulls(n),
-            Kind::Timestamp(b) => b.append_nulls(n),
+            Kind::Int16(b) => b.push_nulls(n),
+            Kind::Int32(b) | Kind::Date32(b) => b.push_nulls(n),
+            Kind::Int64(b) | Kind::Time64(b) | Kind::Timestamp(b) => b.push_nulls(n),
+            Kind::Float32(b) => b.push_nulls(n),
+            Kind::Float64(b) => b.push_nulls(n),
+            Kind::Decimal(b, _) => b.push_nulls(n),
+            Kind::Utf8(b) | Kind::Binary(b) => b.push_nulls(n),
             Kind::Interval(_) | Kind::List(_) => {
                 for _ in 0..n {
                     self.append_null();
@@ -362,27 +348,23 @@ impl ColumnBuilder {
     pub fn append_null(&mut self) {
         match &mut self.kind {
             Kind::Bool(b) => b.append_null(),
-            Kind::Int16(b) => b.append_null(),
-            Kind::Int32(b) => b.append_null(),
-            Kind::Int64(b) => b.append_null(),
-            Kind::Float32(b) => b.append_null(),
-            Kind::Float64(b) => b.append_null(),
-            Kind::Decimal(b, _) => b.append_null(),
-            Kind::Utf8(b) => b.append_null(),
-            Kind::Binary(b) => b.append_null(),
-            Kind::Date32(b) => b.append_null(),
-            Kind::Time64(b) => b.append_null(),
-            Kind::Timestamp(b) => b.append_null(),
+            Kind::Int16(b) => b.push_null(),
+            Kind::Int32(b) | Kind::Date32(b) => b.push_null(),
+            Kind::Int64(b) | Kind::Time64(b) | Kind::Timestamp(b) => b.push_null(),
+            Kind::Float32(b) => b.push_null(),
+            Kind::Float64(b) => b.push_null(),
+            Kind::Decimal(b, _) => b.push_null(),
+            Kind::Utf8(b) | Kind::Binary(b) => b.push_null(),
             Kind::Interval(p) => {
-                p.months.append_value(0);
-                p.days.append_value(0);
-                p.micros.append_value(0);
-                p.valid.append(false);
+                p.months.push(0);
+                p.days.push(0);
+                p.micros.push(0);
+                p.valid.push(false);
             }
             Kind::List(list) => {
                 let end = list.offsets.last().copied().unwrap_or(0);
                 list.offsets.push(end);
-                list.valid.append(false);
+                list.valid.push(false);
             }
         }
     }
@@ -393,16 +375,12 @@ impl ColumnBuilder {
         match &self.kind {
             Kind::Bool(b) => b.len(),
             Kind::Int16(b) => b.len(),
-            Kind::Int32(b) => b.len(),
-            Kind::Int64(b) => b.len(),
+            Kind::Int32(b) | Kind::Date32(b) => b.len(),
+            Kind::Int64(b) | Kind::Time64(b) | Kind::Timestamp(b) => b.len(),
             Kind::Float32(b) => b.len(),
             Kind::Float64(b) => b.len(),
             Kind::Decimal(b, _) => b.len(),
-            Kind::Utf8(b) => b.len(),
-            Kind::Binary(b) => b.len(),
-            Kind::Date32(b) => b.len(),
-            Kind::Time64(b) => b.len(),
-            Kind::Timestamp(b) => b.len(),
+            Kind::Utf8(b) | Kind::Binary(b) => b.len(),
             Kind::Interval(p) => p.valid.len(),
             Kind::List(list) => list.valid.len(),
         }
@@ -410,82 +388,65 @@ impl ColumnBuilder {
 
     /// The values appended since the last call, as one array; the builder starts empty,
     /// with room for as many values as this batch held (the next batch is likely alike:
-    /// no regrowth, no copying).
-    pub fn finish(&mut self) -> ArrayRef {
-        match &mut self.kind {
+    /// no regrowth), in memory `recycler` gives back when it can.
+    pub fn finish(&mut self, recycler: &mut Recycler) -> Result<ArrayRef, ArrowError> {
+        let dt = &self.data_type;
+        Ok(match &mut self.kind {
             Kind::Bool(b) => {
                 let array = b.finish();
                 *b = BooleanBuilder::with_capacity(room(array.len()));
                 Arc::new(array)
             }
-            Kind::Int16(b) => finish_primitive(b),
-            Kind::Int32(b) => finish_primitive(b),
-            Kind::Int64(b) => finish_primitive(b),
-            Kind::Float32(b) => finish_primitive(b),
-            Kind::Float64(b) => finish_primitive(b),
-            Kind::Decimal(b, _) => finish_primitive(b),
-            Kind::Utf8(b) => finish_bytes(b),
-            Kind::Binary(b) => finish_bytes(b),
-            Kind::Date32(b) => finish_primitive(b),
-            Kind::Time64(b) => finish_primitive(b),
-            Kind::Timestamp(b) => finish_primitive(b),
+            Kind::Int16(b) => b.finish::<Int16Type>(dt, recycler),
+            Kind::Int32(b) => b.finish::<Int32Type>(dt, recycler),
+            Kind::Int64(b) => b.finish::<Int64Type>(dt, recycler),
+            Kind::Float32(b) => b.finish::<Float32Type>(dt, recycler),
+            Kind::Float64(b) => b.finish::<Float64Type>(dt, recycler),
+            Kind::Decimal(b, _) => b.finish::<Decimal128Type>(dt, recycler),
+            Kind::Utf8(b) => b.finish_utf8(recycler)?,
+            Kind::Binary(b) => b.finish_binary(recycler)?,
+            Kind::Date32(b) => b.finish::<Date32Type>(dt, recycler),
+            Kind::Time64(b) => b.finish::<Time64MicrosecondType>(dt, recycler),
+            Kind::Timestamp(b) => b.finish::<TimestampMicrosecondType>(dt, recycler),
             Kind::Interval(p) => {
-                let n = room(p.valid.len());
                 let children: Vec<ArrayRef> = vec![
-                    finish_primitive(&mut p.months),
-                    finish_primitive(&mut p.days),
-                    finish_primitive(&mut p.micros),
+                    p.months.finish::<Int32Type>(&DataType::Int32, recycler),
+                    p.days.finish::<Int32Type>(&DataType::Int32, recycler),
+                    p.micros.finish::<Int64Type>(&DataType::Int64, recycler),
                 ];
-                let nulls = NullBuffer::new(p.valid.finish());
-                p.valid = BooleanBufferBuilder::new(n);
-                // Same lengths by construction: every append touches all four builders.
-                Arc::new(StructArray::new(interval_fields(), children, Some(nulls)))
+                let nulls = p.valid.finish(recycler);
+                // Same lengths by construction: every append touches all four parts.
+                Arc::new(StructArray::try_new(interval_fields(), children, nulls)?)
             }
             Kind::List(list) => {
-                let n = room(list.valid.len());
-                let values = list.item.finish();
-                let mut next = Vec::with_capacity(n + 1);
+                let n = list.valid.len();
+                let values = list.item.finish(recycler)?;
+                let mut next = recycler.vec(room(n) + 1);
                 next.push(0);
                 let offsets = std::mem::replace(&mut list.offsets, next);
-                let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
-                let nulls = NullBuffer::new(list.valid.finish());
-                list.valid = BooleanBufferBuilder::new(n);
-                Arc::new(ListArray::new(
+                let offsets =
+                    OffsetBuffer::new(ScalarBuffer::new(recycler.lend(offsets), 0, n + 1));
+                let nulls = list.valid.finish(recycler);
+                Arc::new(ListArray::try_new(
                     Arc::clone(&list.field),
                     offsets,
                     values,
-                    Some(nulls),
-                ))
+                    nulls,
+                )?)
             }
-        }
+        })
     }
 }
 
-/// Room for the next batch of a builder that held `n` values (or bytes): a little more,
-/// so a slightly larger batch does not regrow.
-pub(crate) fn room(n: usize) -> usize {
-    n.saturating_add(n / 16).saturating_add(16)
+fn overflow(type_name: &'static str) -> ValueError {
+    ValueError::new(type_name, ValueErrorKind::OutOfRange)
 }
 
-/// Finishes a primitive builder and replaces it with one sized like the batch.
-pub(crate) fn finish_primitive<T: ArrowPrimitiveType>(b: &mut PrimitiveBuilder<T>) -> ArrayRef {
-    let array = b.finish();
-    *b = PrimitiveBuilder::with_capacity(room(array.len()))
-        .with_data_type(array.data_type().clone());
-    Arc::new(array)
-}
-
-/// Finishes a string or binary builder and replaces it with one sized like the batch.
-pub(crate) fn finish_bytes<T: ByteArrayType>(b: &mut GenericByteBuilder<T>) -> ArrayRef {
-    let array = b.finish();
-    *b = GenericByteBuilder::with_capacity(room(array.len()), room(array.value_data().len()));
-    Arc::new(array)
-}
-
-/// The string form of a value of a type represented as Arrow string.
-fn text_of<'s>(s: Scalar, raw: Raw<'s>, scratch: &'s mut String) -> Result<&'s str, ValueError> {
-    match s {
-        Scalar::Jsonb => raw.jsonb(),
+/// The string form of a value of a type represented as Arrow string, as bytes checked to
+/// be UTF-8 (the column checks its whole buffer again when it is finished).
+fn text_of<'s>(s: Scalar, raw: Raw<'s>, scratch: &'s mut String) -> Result<&'s [u8], ValueError> {
+    let text = match s {
+        Scalar::Jsonb => return raw.jsonb_bytes(),
         Scalar::Numeric(_) => raw.numeric_str(scratch),
         Scalar::TimeTz => raw.timetz(scratch),
         Scalar::Inet => raw.inet(scratch),
@@ -496,6 +457,7 @@ fn text_of<'s>(s: Scalar, raw: Raw<'s>, scratch: &'s mut String) -> Result<&'s s
         Scalar::TsVector => raw.tsvector(scratch),
         Scalar::Range(t) => raw.range(t, scratch),
         Scalar::Multirange(t) => raw.multirange(t, scratch),
-        other => raw.text_str(other.name()),
-    }
+        other => return raw.text_bytes(other.name()),
+    };
+    text.map(str::as_bytes)
 }

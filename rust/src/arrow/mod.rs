@@ -14,9 +14,11 @@
 //! [`ChangeTable`] is public for rows that do not come from the stream: the initial
 //! snapshot ([`crate::snapshot`]) appends its `read` rows to one directly.
 
+mod buffers;
 pub mod column;
 mod sink;
 mod table;
 
+pub use buffers::Recycler;
 pub use sink::{ArrowSink, Segment};
 pub use table::{change_table_schema, ChangeKind, ChangeTable, ColumnError, RowMeta};

@@ -2,14 +2,14 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{
-    BooleanBufferBuilder, Int64Builder, ListBuilder, StringBuilder, TimestampMicrosecondBuilder,
-};
-use arrow_array::{ArrayRef, BooleanArray, RecordBatch, StructArray};
-use arrow_buffer::NullBuffer;
-use arrow_schema::{ArrowError, DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
+use arrow_array::builder::BooleanBufferBuilder;
+use arrow_array::types::{Int64Type, TimestampMicrosecondType};
+use arrow_array::{new_null_array, ArrayRef, BooleanArray, ListArray, RecordBatch, StructArray};
+use arrow_buffer::{BooleanBuffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 
-use super::column::{arrow_type, finish_bytes, finish_primitive, room, ColumnBuilder};
+use super::buffers::{room, Bytes, Fixed, OffsetOverflow, Recycler};
+use super::column::{arrow_type, ColumnBuilder};
 use crate::protocol::{Datum, Lsn, OldKind, PgTimestamp};
 use crate::relation::Relation;
 use crate::values::ValueError;
@@ -51,6 +51,14 @@ pub struct RowMeta {
     pub xid: Option<u32>,
 }
 
+fn commit_ts_type() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+
+fn unchanged_item() -> FieldRef {
+    Arc::new(Field::new("item", DataType::Utf8, true))
+}
+
 fn data_fields(relation: &Relation) -> Fields {
     relation
         .columns
@@ -85,19 +93,11 @@ pub fn change_table_schema(relation: &Relation) -> SchemaRef {
         Field::new("_lsn", DataType::Int64, false),
         Field::new("_commit_lsn", DataType::Int64, true),
         Field::new("_tx_ordinal", DataType::Int64, false),
-        Field::new(
-            "_commit_ts",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            true,
-        ),
+        Field::new("_commit_ts", commit_ts_type(), true),
         Field::new("_xid", DataType::Int64, true),
         Field::new("_before", DataType::Struct(data), true),
         Field::new("_before_kind", DataType::Utf8, true),
-        Field::new(
-            "_unchanged",
-            DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
-            false,
-        ),
+        Field::new("_unchanged", DataType::List(unchanged_item()), false),
     ]);
     let metadata = [
         ("pg_relation_oid".to_owned(), relation.oid.to_string()),
@@ -127,15 +127,31 @@ pub struct ChangeTable {
     binary: bool,
     columns: Vec<ColumnBuilder>,
     before: Vec<ColumnBuilder>,
-    before_valid: BooleanBufferBuilder,
-    change_type: StringBuilder,
-    lsn: Int64Builder,
-    commit_lsn: Int64Builder,
-    tx_ordinal: Int64Builder,
-    commit_ts: TimestampMicrosecondBuilder,
-    xid: Int64Builder,
-    before_kind: StringBuilder,
-    unchanged: ListBuilder<StringBuilder>,
+    before_fields: Fields,
+    /// Each row's old image kind (`_before_kind`; `None`: `_before` is null), turned into
+    /// the two columns at `finish`.
+    before_kinds: Vec<Option<OldKind>>,
+    /// Each row's change kind, turned into `_change_type` at `finish`.
+    change_kinds: Vec<ChangeKind>,
+    change_type: Bytes,
+    /// A `_change_type` column of one kind, shared by the batches whose rows are all of
+    /// that kind (sliced to length).
+    same_change_type: Option<(ChangeKind, ArrayRef)>,
+    lsn: Fixed<i64>,
+    commit_lsn: Fixed<i64>,
+    tx_ordinal: Fixed<i64>,
+    commit_ts: Fixed<i64>,
+    xid: Fixed<i64>,
+    before_kind: Bytes,
+    /// Rows with an old image since the last `finish`.
+    old_images: usize,
+    /// All-null `_before` and `_before_kind` columns, shared by batches without old images.
+    null_before: Option<(ArrayRef, ArrayRef)>,
+    /// `_unchanged`: the list offsets and the names.
+    unchanged: Vec<i32>,
+    unchanged_names: Bytes,
+    /// The memory of the batches handed out, for the next ones.
+    recycler: Recycler,
     rows: usize,
     /// Rows whose values could not all be parsed: dropped at `finish`.
     failed_rows: Vec<usize>,
@@ -157,15 +173,22 @@ impl ChangeTable {
             binary,
             columns: builders(),
             before: builders(),
-            before_valid: BooleanBufferBuilder::new(0),
-            change_type: StringBuilder::new(),
-            lsn: Int64Builder::new(),
-            commit_lsn: Int64Builder::new(),
-            tx_ordinal: Int64Builder::new(),
-            commit_ts: TimestampMicrosecondBuilder::new().with_timezone("UTC"),
-            xid: Int64Builder::new(),
-            before_kind: StringBuilder::new(),
-            unchanged: ListBuilder::new(StringBuilder::new()),
+            before_fields: data_fields(&relation),
+            before_kinds: Vec::new(),
+            change_kinds: Vec::new(),
+            change_type: Bytes::default(),
+            same_change_type: None,
+            lsn: Fixed::default(),
+            commit_lsn: Fixed::default(),
+            tx_ordinal: Fixed::default(),
+            commit_ts: Fixed::default(),
+            xid: Fixed::default(),
+            before_kind: Bytes::default(),
+            old_images: 0,
+            null_before: None,
+            unchanged: vec![0],
+            unchanged_names: Bytes::default(),
+            recycler: Recycler::default(),
             rows: 0,
             failed_rows: Vec::new(),
             before_pending_nulls: 0,
@@ -197,95 +220,84 @@ impl ChangeTable {
         new: Option<&[Datum<'_>]>,
         old: Option<(OldKind, &[Datum<'_>])>,
     ) -> Result<(), ColumnError> {
-        let mut first_error: Option<ColumnError> = None;
-        let mut unchanged: Vec<&str> = Vec::new();
-        let relation = &self.relation;
         let binary = self.binary;
-        let mut put = |builder: &mut ColumnBuilder, i: usize, datum: Option<&Datum<'_>>| match datum
-        {
-            Some(d @ (Datum::Text(_) | Datum::Binary(_))) if first_error.is_none() => {
-                // On error the builder has appended a null entry: the columns stay aligned.
-                if let Err(error) = builder.append(d, binary) {
-                    first_error = Some(ColumnError {
-                        column: column_name(relation, i),
-                        error,
-                    });
-                }
-            }
-            _ => builder.append_null(),
-        };
-        for (i, builder) in self.columns.iter_mut().enumerate() {
-            let datum = new.and_then(|row| row.get(i));
-            if let Some(Datum::UnchangedToast) = datum {
-                if let Some(col) = relation.columns.get(i) {
-                    unchanged.push(&col.name);
-                }
-            }
-            put(builder, i, datum);
-        }
+        let mut failed = append_values(&mut self.columns, new, binary);
         // Most rows have no old image: their `_before` nulls are appended in bulk, when the
         // next row with one comes or at `finish`.
         if let Some((_, values)) = old {
             flush_nulls(&mut self.before, &mut self.before_pending_nulls);
-            for (i, builder) in self.before.iter_mut().enumerate() {
-                put(builder, i, values.get(i));
-            }
+            let before_failed = append_values(&mut self.before, Some(values), binary);
+            failed = failed.or(before_failed);
+            self.old_images += 1;
         } else {
             self.before_pending_nulls += 1;
         }
-        self.before_valid.append(old.is_some());
-        self.before_kind.append_option(old.map(|(k, _)| match k {
-            OldKind::Full => "full",
-            OldKind::Key => "key",
-        }));
-        self.change_type.append_value(kind.name());
-        self.lsn.append_value(meta.lsn as i64);
+        let row = new.unwrap_or_default();
+        if row.iter().any(Datum::is_unchanged) {
+            for (datum, column) in row.iter().zip(&self.relation.columns) {
+                if datum.is_unchanged() {
+                    push_name(&mut self.unchanged_names, &column.name);
+                }
+            }
+        }
+        self.before_kinds.push(old.map(|(k, _)| k));
+        self.change_kinds.push(kind);
+        self.lsn.push(meta.lsn as i64);
         self.commit_lsn
-            .append_option(meta.commit_lsn.map(|l| l as i64));
-        self.tx_ordinal.append_value(meta.tx_ordinal as i64);
-        self.commit_ts.append_option(
+            .push_option(meta.commit_lsn.map(|l| l as i64));
+        self.tx_ordinal.push(meta.tx_ordinal as i64);
+        self.commit_ts.push_option(
             meta.commit_timestamp
                 .map(|t| t.saturating_add(PG_EPOCH_OFFSET_MICROS)),
         );
-        self.xid.append_option(meta.xid.map(i64::from));
-        let names = self.unchanged.values();
-        for name in unchanged {
-            names.append_value(name);
-        }
-        self.unchanged.append(true);
+        self.xid.push_option(meta.xid.map(i64::from));
+        let names = i32::try_from(self.unchanged_names.len()).unwrap_or(i32::MAX);
+        self.unchanged.push(names);
         self.rows += 1;
-        match first_error {
+        match failed {
             None => Ok(()),
-            Some(e) => {
+            Some((i, error)) => {
                 self.failed_rows.push(self.rows - 1);
-                Err(e)
+                Err(ColumnError {
+                    column: column_name(&self.relation, i),
+                    error,
+                })
             }
         }
     }
 
     /// Finishes the rows appended so far into one record batch; the table starts empty again.
     pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
-        flush_nulls(&mut self.before, &mut self.before_pending_nulls);
-        let n = room(self.rows);
-        let mut arrays: Vec<ArrayRef> = self.columns.iter_mut().map(|b| b.finish()).collect();
-        let before_arrays: Vec<ArrayRef> = self.before.iter_mut().map(|b| b.finish()).collect();
-        let nulls = NullBuffer::new(self.before_valid.finish());
-        self.before_valid = BooleanBufferBuilder::new(n);
-        let before = StructArray::try_new(data_fields(&self.relation), before_arrays, Some(nulls))?;
-        let unchanged = Arc::new(self.unchanged.finish());
-        self.unchanged = ListBuilder::with_capacity(StringBuilder::new(), n);
+        let rows = std::mem::take(&mut self.rows);
+        self.recycler.begin();
+        let mut arrays = Vec::with_capacity(self.columns.len() + 9);
+        for b in &mut self.columns {
+            arrays.push(b.finish(&mut self.recycler)?);
+        }
+        let (before, before_kind) = self.finish_before(rows)?;
+        let change_type = self.finish_change_type()?;
+        let recycler = &mut self.recycler;
+        let names = self.unchanged_names.finish_utf8(recycler)?;
+        let mut next = recycler.vec(room(rows) + 1);
+        next.push(0);
+        let offsets = std::mem::replace(&mut self.unchanged, next);
+        let offsets = OffsetBuffer::new(ScalarBuffer::new(recycler.lend(offsets), 0, rows + 1));
+        let unchanged = ListArray::try_new(unchanged_item(), offsets, names, None)?;
         arrays.extend([
-            finish_bytes(&mut self.change_type),
-            finish_primitive(&mut self.lsn),
-            finish_primitive(&mut self.commit_lsn),
-            finish_primitive(&mut self.tx_ordinal),
-            finish_primitive(&mut self.commit_ts),
-            finish_primitive(&mut self.xid),
-            Arc::new(before),
-            finish_bytes(&mut self.before_kind),
-            unchanged,
+            change_type,
+            self.lsn.finish::<Int64Type>(&DataType::Int64, recycler),
+            self.commit_lsn
+                .finish::<Int64Type>(&DataType::Int64, recycler),
+            self.tx_ordinal
+                .finish::<Int64Type>(&DataType::Int64, recycler),
+            self.commit_ts
+                .finish::<TimestampMicrosecondType>(&commit_ts_type(), recycler),
+            self.xid.finish::<Int64Type>(&DataType::Int64, recycler),
+            before,
+            before_kind,
+            Arc::new(unchanged),
         ]);
-        self.rows = 0;
+        recycler.end();
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), arrays)?;
         if self.failed_rows.is_empty() {
             return Ok(batch);
@@ -299,6 +311,119 @@ impl ChangeTable {
         }
         arrow_select::filter::filter_record_batch(&batch, &BooleanArray::new(keep.finish(), None))
     }
+}
+
+impl ChangeTable {
+    /// `_change_type`.
+    fn finish_change_type(&mut self) -> Result<ArrayRef, ArrowError> {
+        let kinds = &mut self.change_kinds;
+        let rows = kinds.len();
+        let uniform = kinds
+            .first()
+            .copied()
+            .filter(|&k| kinds.iter().all(|&x| x == k));
+        let Some(kind) = uniform else {
+            for kind in kinds.drain(..) {
+                push_name(&mut self.change_type, kind.name());
+            }
+            return self.change_type.finish_utf8(&mut self.recycler);
+        };
+        kinds.clear();
+        let same = match self.same_change_type.take() {
+            Some((k, array)) if k == kind && array.len() >= rows => array,
+            _ => {
+                let mut column = Bytes::default();
+                for _ in 0..room(rows) {
+                    push_name(&mut column, kind.name());
+                }
+                column.finish_utf8(&mut Recycler::default())?
+            }
+        };
+        let sliced = same.slice(0, rows);
+        self.same_change_type = Some((kind, same));
+        Ok(sliced)
+    }
+
+    /// `_before` and `_before_kind`.
+    fn finish_before(&mut self, rows: usize) -> Result<(ArrayRef, ArrayRef), ArrowError> {
+        let recycler = &mut self.recycler;
+        let kinds = &mut self.before_kinds;
+        if std::mem::take(&mut self.old_images) == 0 {
+            // No row had an old image (inserts): all-null columns. Their content depends on
+            // nothing but the length, so batches share one pair (Arrow arrays are
+            // immutable), sliced to length.
+            self.before_pending_nulls = 0;
+            kinds.clear();
+            let nulls = match self.null_before.take() {
+                Some(pair) if pair.0.len() >= rows => pair,
+                _ => (
+                    new_null_array(&DataType::Struct(self.before_fields.clone()), room(rows)),
+                    new_null_array(&DataType::Utf8, room(rows)),
+                ),
+            };
+            let sliced = (nulls.0.slice(0, rows), nulls.1.slice(0, rows));
+            self.null_before = Some(nulls);
+            return Ok(sliced);
+        }
+        flush_nulls(&mut self.before, &mut self.before_pending_nulls);
+        let mut children = Vec::with_capacity(self.before.len());
+        for b in &mut self.before {
+            children.push(b.finish(recycler)?);
+        }
+        let valid =
+            BooleanBuffer::collect_bool(kinds.len(), |i| kinds.get(i).is_some_and(Option::is_some));
+        for kind in kinds.drain(..) {
+            match kind {
+                None => self.before_kind.push_null(),
+                Some(k) => push_name(&mut self.before_kind, before_kind_name(k)),
+            }
+        }
+        let before = StructArray::try_new(
+            self.before_fields.clone(),
+            children,
+            Some(NullBuffer::new(valid)),
+        )?;
+        Ok((Arc::new(before), self.before_kind.finish_utf8(recycler)?))
+    }
+}
+
+/// The `_before_kind` value.
+fn before_kind_name(kind: OldKind) -> &'static str {
+    match kind {
+        OldKind::Full => "full",
+        OldKind::Key => "key",
+    }
+}
+
+/// Appends a name the metadata columns hold (a change kind, a column name): far below
+/// the 2 GiB a column's offsets address in any batch that fits in memory.
+fn push_name(column: &mut Bytes, name: &str) {
+    if let Err(OffsetOverflow) = column.push(name.as_bytes()) {
+        column.push_null();
+    }
+}
+
+/// Appends one entry to each builder: the row's value, or null where the row holds none
+/// (NULL, an unchanged-TOAST marker, no row). After a value that fails (its builder has
+/// appended a null, so the columns stay aligned) the rest are nulls; which one failed.
+fn append_values(
+    builders: &mut [ColumnBuilder],
+    row: Option<&[Datum<'_>]>,
+    binary: bool,
+) -> Option<(usize, ValueError)> {
+    let row = row.unwrap_or_default();
+    let mut failed = None;
+    for (i, builder) in builders.iter_mut().enumerate() {
+        match row.get(i) {
+            Some(d @ (Datum::Text(_) | Datum::Binary(_))) if failed.is_none() => {
+                if let Err(error) = builder.append(d, binary) {
+                    failed = Some((i, error));
+                }
+            }
+            _ => builder.append_null(),
+        }
+    }
+    failed
 }
 
 fn flush_nulls(builders: &mut [ColumnBuilder], pending: &mut usize) {

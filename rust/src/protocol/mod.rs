@@ -16,7 +16,7 @@
 
 mod tuple;
 
-pub use tuple::{parse_tuple, Datum};
+pub use tuple::{parse_tuple, parse_tuple_into, Datum};
 
 use crate::error::{DecodeError, MessageKind, Reason};
 use crate::wire::Cursor;
@@ -256,6 +256,15 @@ fn min_version(kind: MessageKind) -> u32 {
 /// Parses one whole pgoutput message. Fails on a short, over-long or inconsistent
 /// message; never reads past `bytes` and never allocates more than `bytes` can fill.
 pub fn parse_message(bytes: &[u8], ctx: ParseContext) -> Result<Message<'_>, DecodeError> {
+    parse_message_into(bytes, ctx, Vec::new())
+}
+
+/// [`parse_message`], an Insert's tuple parsed into `tuple` (see [`parse_tuple_into`]).
+pub fn parse_message_into<'a>(
+    bytes: &'a [u8],
+    ctx: ParseContext,
+    tuple: Vec<Datum<'a>>,
+) -> Result<Message<'a>, DecodeError> {
     let tag = *bytes.first().ok_or_else(|| {
         DecodeError::new(
             MessageKind::Unknown,
@@ -281,7 +290,7 @@ pub fn parse_message(bytes: &[u8], ctx: ParseContext) -> Result<Message<'_>, Dec
     }
     let mut cur = Cursor::new(bytes, kind);
     cur.u8("tag")?;
-    let msg = parse_body(&mut cur, kind, ctx)?;
+    let msg = parse_body(&mut cur, kind, ctx, tuple)?;
     cur.finish()?;
     Ok(msg)
 }
@@ -290,6 +299,7 @@ fn parse_body<'a>(
     cur: &mut Cursor<'a>,
     kind: MessageKind,
     ctx: ParseContext,
+    tuple: Vec<Datum<'a>>,
 ) -> Result<Message<'a>, DecodeError> {
     // Inside a streamed block the data messages start with the (sub)transaction's xid.
     let stream_xid = |cur: &mut Cursor<'a>| -> Result<Option<u32>, DecodeError> {
@@ -332,7 +342,7 @@ fn parse_body<'a>(
             Message::Insert(Insert {
                 xid,
                 relation,
-                new: parse_tuple(cur)?,
+                new: parse_tuple_into(cur, tuple)?,
             })
         }
         MessageKind::Update => {

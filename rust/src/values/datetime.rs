@@ -274,6 +274,14 @@ pub fn timestamptz_text(s: &str) -> Result<i64, ValueError> {
 }
 
 fn parse_timestamp(s: &str, with_zone: bool, ty: &'static str) -> Result<i64, ValueError> {
+    match usual_timestamp(s.as_bytes(), with_zone) {
+        Some(micros) => Ok(micros),
+        None => parse_any_timestamp(s, with_zone, ty),
+    }
+}
+
+/// [`parse_timestamp`] for every form PostgreSQL prints, field by field.
+fn parse_any_timestamp(s: &str, with_zone: bool, ty: &'static str) -> Result<i64, ValueError> {
     if let Some(negative) = special(s) {
         return Err(ValueError::new(ty, ValueErrorKind::Infinite { negative }));
     }
@@ -294,6 +302,78 @@ fn parse_timestamp(s: &str, with_zone: bool, ty: &'static str) -> Result<i64, Va
     let micros = i128::from(days) * i128::from(MICROS_PER_DAY) + i128::from(time)
         - i128::from(offset) * i128::from(MICROS_PER_SECOND);
     i64::try_from(micros).map_err(|_| ValueError::new(ty, ValueErrorKind::OutOfRange))
+}
+
+/// The form nearly every timestamp comes in, read at fixed positions:
+/// `YYYY-MM-DD HH:MM:SS[.f…]` (a four-digit year AD), and with a zone `+HH` or `-HH:MM`.
+/// `None` for anything else, valid or not ([`parse_timestamp`] reads it then); the same
+/// microseconds as [`parse_timestamp`] otherwise.
+fn usual_timestamp(b: &[u8], with_zone: bool) -> Option<i64> {
+    let (head, mut rest) = b.split_first_chunk::<19>()?;
+    let digit = |i: usize| -> Option<i64> {
+        let d = head.get(i)?.wrapping_sub(b'0');
+        (d < 10).then_some(i64::from(d))
+    };
+    let two = |i: usize| Some(digit(i)? * 10 + digit(i + 1)?);
+    let separators = [(4, b'-'), (7, b'-'), (10, b' '), (13, b':'), (16, b':')];
+    if !separators.iter().all(|&(i, c)| head.get(i) == Some(&c)) {
+        return None;
+    }
+    let year = two(0)? * 100 + two(2)?;
+    let (month, day) = (two(5)?, two(8)?);
+    let (hour, minute, second) = (two(11)?, two(14)?, two(17)?);
+    let month = u32::try_from(month).ok().filter(|m| (1..=12).contains(m))?;
+    let day = u32::try_from(day).ok()?;
+    if year == 0 || day == 0 || day > days_in_month(year, month) {
+        return None;
+    }
+    if hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    let mut micros = 0;
+    if let Some((b'.', fraction)) = rest.split_first() {
+        let n = fraction.iter().take_while(|c| c.is_ascii_digit()).count();
+        if !(1..=6).contains(&n) {
+            return None;
+        }
+        let (digits, tail) = fraction.split_at_checked(n)?;
+        for &c in digits {
+            micros = micros * 10 + i64::from(c - b'0');
+        }
+        micros *= 10_i64.pow(6 - n as u32);
+        rest = tail;
+    }
+    let mut offset = 0;
+    if with_zone {
+        let (&sign, zone) = rest.split_first()?;
+        let zone_digit = |i: usize| -> Option<i64> {
+            let d = zone.get(i)?.wrapping_sub(b'0');
+            (d < 10).then_some(i64::from(d))
+        };
+        let hours = zone_digit(0)? * 10 + zone_digit(1)?;
+        let minutes = match zone.len() {
+            2 => 0,
+            5 if zone.get(2) == Some(&b':') => zone_digit(3)? * 10 + zone_digit(4)?,
+            _ => return None,
+        };
+        let seconds = hours * 3600 + minutes * 60;
+        if minutes > 59 || seconds >= i64::from(TZ_LIMIT_SECONDS) {
+            return None;
+        }
+        offset = seconds * MICROS_PER_SECOND;
+        offset = match sign {
+            b'+' => offset,
+            b'-' => -offset,
+            _ => return None,
+        };
+        rest = &[];
+    }
+    if !rest.is_empty() {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    let time = hour * MICROS_PER_HOUR + minute * MICROS_PER_MINUTE + second * MICROS_PER_SECOND;
+    Some(days * MICROS_PER_DAY + time + micros - offset)
 }
 
 /// timestamp / timestamptz binary: i64 microseconds since 2000-01-01 (UTC for
@@ -410,6 +490,61 @@ pub(crate) fn write_timestamp_pg(out: &mut String, pg_micros: i64, utc: bool) {
                 out.push_str("+00");
             }
             write_bc(out, year);
+        }
+    }
+}
+
+#[cfg(test)]
+mod usual_form_tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// The fixed-position reading gives what the field-by-field one gives, or leaves
+        /// the text to it.
+        #[test]
+        fn usual_timestamps_read_like_any_timestamp(
+            s in concat!(
+                "[0-9]{4}-[01][0-9]-[0-3][0-9][ T][0-2][0-9]:[0-6][0-9]:[0-6][0-9]",
+                "(\\.[0-9]{0,7})?([+-][0-9]{2}(:[0-9]{2}(:[0-9]{2})?)?)?( BC)?x?",
+            ),
+            with_zone in any::<bool>(),
+        ) {
+            if let Some(micros) = usual_timestamp(s.as_bytes(), with_zone) {
+                prop_assert_eq!(Ok(micros), parse_any_timestamp(&s, with_zone, "timestamp"));
+            }
+        }
+    }
+
+    #[test]
+    fn usual_timestamps() {
+        for (text, with_zone, micros) in [
+            (
+                "2018-08-29 09:30:47.917065+00",
+                true,
+                Some(1_535_535_047_917_065),
+            ),
+            (
+                "2018-08-29 09:30:47+05:30",
+                true,
+                Some(1_535_515_247_000_000),
+            ),
+            ("2000-01-01 00:00:00", false, Some(946_684_800_000_000)),
+            ("2000-01-01 00:00:00.5-01", true, Some(946_688_400_500_000)),
+            // Left to the field-by-field reading.
+            ("2000-01-01 00:00:00+16", true, None),
+            ("2000-02-30 00:00:00", false, None),
+            ("0044-03-15 12:00:00 BC", false, None),
+            ("12345-01-01 00:00:00", false, None),
+            ("2000-01-01 00:00:00.1234567", false, None),
+            ("infinity", false, None),
+        ] {
+            assert_eq!(
+                usual_timestamp(text.as_bytes(), with_zone),
+                micros,
+                "{text}"
+            );
         }
     }
 }

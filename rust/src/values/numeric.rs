@@ -347,12 +347,15 @@ impl Binary<'_> {
             };
             magnitude = magnitude.checked_add(part).ok_or_else(overflow)?;
         }
-        let shift = u32::try_from(i32::from(spec.scale) - dscale).map_err(|_| overflow())?;
-        let magnitude = 10_u128
-            .checked_pow(shift)
-            .and_then(|p| magnitude.checked_mul(p))
+        let shift = usize::try_from(i32::from(spec.scale) - dscale).map_err(|_| overflow())?;
+        let magnitude = POW10
+            .get(shift)
+            .and_then(|&p| magnitude.checked_mul(p))
             .ok_or_else(overflow)?;
-        let limit = 10_u128.pow(u32::from(spec.precision.min(38)));
+        let limit = POW10
+            .get(usize::from(spec.precision.min(38)))
+            .copied()
+            .unwrap_or(u128::MAX);
         if magnitude >= limit {
             return Err(overflow());
         }

@@ -47,6 +47,18 @@ const IS_DASH: [bool; 36] = [
     false, false, false, false, false, false, false, false, false, false, false, false,
 ];
 
+/// Each byte's two lower-case hex digits.
+#[allow(clippy::indexing_slicing)] // constant evaluation: out of range would not compile
+const HEX_PAIRS: [[u8; 2]; 256] = {
+    let mut table = [[0u8; 2]; 256];
+    let mut i = 0;
+    while i < 256 {
+        table[i] = [HEX[i >> 4], HEX[i & 0x0f]];
+        i += 1;
+    }
+    table
+};
+
 /// uuid text (either case) -> canonical lower-case.
 pub fn text(s: &str) -> Result<Uuid, ValueError> {
     let bytes: &[u8; 36] = s
@@ -79,10 +91,12 @@ pub fn binary(b: &[u8]) -> Result<Uuid, ValueError> {
     // Where each byte's two hex digits go: the groups are 4, 2, 2, 2 and 6 bytes.
     const AT: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
     for (&byte, &at) in bytes.iter().zip(AT.iter()) {
-        let hi = HEX.get(usize::from(byte >> 4)).copied().unwrap_or(b'0');
-        let lo = HEX.get(usize::from(byte & 0x0f)).copied().unwrap_or(b'0');
-        if let Some(pair) = out.get_mut(at..at + 2) {
-            pair.copy_from_slice(&[hi, lo]);
+        let pair = HEX_PAIRS
+            .get(usize::from(byte))
+            .copied()
+            .unwrap_or([b'0'; 2]);
+        if let Some(slot) = out.get_mut(at..at + 2) {
+            slot.copy_from_slice(&pair);
         }
     }
     Ok(Uuid(out))
