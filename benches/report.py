@@ -213,6 +213,19 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text_md)
+    bench_common.write_ratios(
+        "decode",
+        {
+            "parse vs pypgoutput": ratio_parse,
+            "Arrow tables (text) vs pypgoutput + pyarrow": ratio_arrow,
+            "Arrow tables (binary) vs pypgoutput + pyarrow": arrow_binary.msgs_per_s
+            / ppo_arrow.msgs_per_s,
+        },
+        {
+            "Arrow tables, text, rows/s": arrow_text.msgs_per_s,
+            "Arrow tables, binary, rows/s": arrow_binary.msgs_per_s,
+        },
+    )
     print()
     print(text_md)
     print(f"wrote {args.out}")
