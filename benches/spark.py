@@ -325,8 +325,8 @@ def main() -> None:
         "",
         f"**Ratio on the same {handoff['pandas_rows']:,} rows: "
         f"{arrow_small_rate / pandas_rate:.1f}x** the pandas path (the pandas path runs "
-        "without `_before`, `_unchanged` and the all-null columns, which it cannot infer). Both include full "
-        "materialisation in Spark (`write.format('noop')`).",
+        "without `_before`, `_unchanged` and the all-null columns, which it cannot infer). "
+        "Both include full materialisation in Spark (`write.format('noop')`).",
         "",
         "## Mirror apply (1,000,000 changes: 60 % updates, 20 % inserts, 20 % deletes)",
         "",
