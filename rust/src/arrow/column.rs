@@ -36,6 +36,20 @@ fn item_field(s: Scalar) -> FieldRef {
     Arc::new(Field::new("item", scalar_type(s), true))
 }
 
+/// The same values without a validity bitmap (for the non-nullable interval parts).
+fn without_nulls<T: arrow_array::types::ArrowPrimitiveType>(array: ArrayRef) -> ArrayRef {
+    match array
+        .as_any()
+        .downcast_ref::<arrow_array::PrimitiveArray<T>>()
+    {
+        Some(a) if arrow_array::Array::null_count(a) > 0 => Arc::new(
+            arrow_array::PrimitiveArray::<T>::new(a.values().clone(), None)
+                .with_data_type(arrow_array::Array::data_type(a).clone()),
+        ),
+        _ => array,
+    }
+}
+
 fn interval_fields() -> Fields {
     Fields::from(vec![
         Field::new("months", DataType::Int32, false),
@@ -409,10 +423,18 @@ impl ColumnBuilder {
             Kind::Time64(b) => b.finish::<Time64MicrosecondType>(dt, recycler),
             Kind::Timestamp(b) => b.finish::<TimestampMicrosecondType>(dt, recycler),
             Kind::Interval(p) => {
+                // The parts are non-nullable fields: a null interval is null in the struct's
+                // validity only (Parquet writers and Spark reject nulls in such fields).
                 let children: Vec<ArrayRef> = vec![
-                    p.months.finish::<Int32Type>(&DataType::Int32, recycler),
-                    p.days.finish::<Int32Type>(&DataType::Int32, recycler),
-                    p.micros.finish::<Int64Type>(&DataType::Int64, recycler),
+                    without_nulls::<Int32Type>(
+                        p.months.finish::<Int32Type>(&DataType::Int32, recycler),
+                    ),
+                    without_nulls::<Int32Type>(
+                        p.days.finish::<Int32Type>(&DataType::Int32, recycler),
+                    ),
+                    without_nulls::<Int64Type>(
+                        p.micros.finish::<Int64Type>(&DataType::Int64, recycler),
+                    ),
                 ];
                 let nulls = p.valid.finish(recycler);
                 // Same lengths by construction: every append touches all four parts.

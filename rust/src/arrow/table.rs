@@ -357,7 +357,7 @@ impl ChangeTable {
             let nulls = match self.null_before.take() {
                 Some(pair) if pair.0.len() >= rows => pair,
                 _ => (
-                    new_null_array(&DataType::Struct(self.before_fields.clone()), room(rows)),
+                    null_column(&DataType::Struct(self.before_fields.clone()), room(rows))?,
                     new_null_array(&DataType::Utf8, room(rows)),
                 ),
             };
@@ -441,4 +441,31 @@ fn column_name(relation: &Relation, i: usize) -> String {
         .get(i)
         .map(|c| c.name.clone())
         .unwrap_or_default()
+}
+
+/// An all-null column whose non-nullable struct fields (the interval's parts) hold values,
+/// not nulls: `new_null_array` puts nulls there too, which Parquet writers and Spark
+/// reject.
+fn null_column(data_type: &DataType, len: usize) -> Result<ArrayRef, ArrowError> {
+    let DataType::Struct(fields) = data_type else {
+        return Ok(new_null_array(data_type, len));
+    };
+    let children = fields
+        .iter()
+        .map(|f| match (f.is_nullable(), f.data_type()) {
+            (true, dt) => null_column(dt, len),
+            (false, DataType::Int32) => {
+                Ok(Arc::new(arrow_array::Int32Array::from(vec![0; len])) as ArrayRef)
+            }
+            (false, DataType::Int64) => {
+                Ok(Arc::new(arrow_array::Int64Array::from(vec![0; len])) as ArrayRef)
+            }
+            (false, dt) => null_column(dt, len),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Arc::new(StructArray::try_new(
+        fields.clone(),
+        children,
+        Some(NullBuffer::new_null(len)),
+    )?))
 }
