@@ -338,3 +338,24 @@ def snapshot_queries(
         )
         statements.append(statement.as_string(None))
     return statements
+
+
+def unreadable_tables(conn: psycopg.Connection[Any], tables: list[TableInfo]) -> list[str]:
+    """The tables (quoted ``"schema"."table"``) the session's role may not read whole: no
+    SELECT on the table nor on each published column. The initial snapshot needs it."""
+    denied = []
+    for t in tables:
+        row = conn.execute(
+            "SELECT has_table_privilege(%s::oid, 'SELECT') OR coalesce(bool_and("
+            " has_column_privilege(%s::oid, c, 'SELECT')), false) FROM unnest(%s::text[]) c",
+            (t.oid, t.oid, [c.name for c in t.columns]),
+        ).fetchone()
+        if not (row and row[0]):
+            denied.append(sql.Identifier(t.schema, t.name).as_string(conn))
+    return denied
+
+
+def current_role(conn: psycopg.Connection[Any]) -> str:
+    """The session's role, quoted."""
+    row = conn.execute("SELECT current_user").fetchone()
+    return sql.Identifier(row[0] if row else "").as_string(conn)

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from . import admin
+from . import admin, catalog
 from .errors import ConfigError, SlotError
 
 
@@ -110,22 +110,17 @@ def run_checks(
         if not bad:
             for ri in identities:
                 out.append(Finding("info", "table", ri.table, ri.meaning))
-        for name in names:
-            schema, _, table = name.partition(".")
-            row = conn.execute(
-                "SELECT has_table_privilege(format('%%I.%%I', %s::text, %s::text), 'SELECT')",
-                (schema, table),
-            ).fetchone()
-            if not (row and row[0]):
-                out.append(
-                    Finding(
-                        "problem",
-                        "privilege",
-                        name,
-                        f"role {conn.info.user} cannot SELECT {name} (the initial snapshot "
-                        f'reads it); GRANT SELECT ON "{schema}"."{table}" TO "{conn.info.user}"',
-                    )
+        role = catalog.current_role(conn)
+        for name in catalog.unreadable_tables(conn, catalog.published_tables(conn, publication)):
+            out.append(
+                Finding(
+                    "problem",
+                    "privilege",
+                    name,
+                    f"role {role} cannot SELECT {name} (the initial snapshot reads it); "
+                    f"GRANT SELECT ON {name} TO {role}",
                 )
+            )
     if slot is not None:
         info_slot = admin.get_slot(conn, slot)
         if info_slot is None:

@@ -35,7 +35,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from . import mirror as mirror_mod
 from . import session
+from .streaming import stream
 
 TABLES = ("customers", "orders", "events")
 
@@ -199,9 +201,6 @@ def run_demo(
 ) -> int:
     import psycopg
 
-    from . import mirror as mirror_mod
-    from .streaming import stream
-
     suffix = uuid.uuid4().hex[:8]
     schema, pub, slot = f"pgwire_cdc_demo_{suffix}", f"pgwire_cdc_demo_{suffix}", f"demo_{suffix}"
     target = Path(warehouse) if warehouse else Path(tempfile.mkdtemp(prefix="pgwire_cdc_demo_"))
@@ -229,12 +228,10 @@ def run_demo(
                 f"workload: {rate:,} changes/s for {seconds:.0f} s; mirror: {target}"
             )
             writer = Writer(server_dsn, schema, customers, orders, rate)
-            summary = _mirror_live(
-                server_dsn, pub, slot, target, writer, seconds, total_seed, stream, mirror_mod
-            )
+            summary = _mirror_live(server_dsn, pub, slot, target, writer, seconds, total_seed)
             if writer.error is not None:
                 raise writer.error
-            equal, details = _compare(conn, schema, target, use_spark, mirror_mod)
+            equal, details = _compare(conn, schema, target, use_spark)
             summary.update(
                 {
                     "server": f"PostgreSQL {version // 10000}.{version % 10000}",
@@ -266,8 +263,6 @@ def _mirror_live(
     writer: Writer,
     seconds: float,
     total_seed: int,
-    stream: Any,
-    mirror_mod: Any,
 ) -> dict[str, Any]:
     m = mirror_mod.Mirror(target)
     totals = mirror_mod.ApplyStats()
@@ -333,7 +328,7 @@ def _mirror_live(
 
 
 def _compare(
-    conn: Any, schema: str, target: Path, use_spark: bool, mirror_mod: Any
+    conn: Any, schema: str, target: Path, use_spark: bool
 ) -> tuple[bool, dict[str, dict[str, Any]]]:
     m = mirror_mod.Mirror(target)
     spark = None

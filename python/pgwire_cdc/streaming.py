@@ -580,18 +580,9 @@ def _check_select_privileges(
 ) -> None:
     """The initial snapshot reads every published table: the role needs SELECT on it (or
     on each published column)."""
-    denied = []
-    for t in tables:
-        row = conn.execute(
-            "SELECT has_table_privilege(%s::oid, 'SELECT') OR coalesce(bool_and("
-            " has_column_privilege(%s::oid, c, 'SELECT')), false) FROM unnest(%s::text[]) c",
-            (t.oid, t.oid, [c.name for c in t.columns]),
-        ).fetchone()
-        if not (row and row[0]):
-            denied.append(psycopg.sql.Identifier(t.schema, t.name).as_string(conn))
+    denied = catalog.unreadable_tables(conn, tables)
     if denied:
-        row = conn.execute("SELECT current_user").fetchone()
-        role = psycopg.sql.Identifier(row[0] if row else "").as_string(conn)
+        role = catalog.current_role(conn)
         names = ", ".join(denied)
         raise ConfigError(
             f"role {role} may not read {names}, which the initial snapshot copies; as the"
