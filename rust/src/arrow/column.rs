@@ -15,7 +15,7 @@ use arrow_array::{ArrayRef, ListArray, StructArray};
 use arrow_buffer::{OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, TimeUnit};
 
-use super::buffers::{room, Bytes, Fixed, OffsetOverflow, Recycler, Validity};
+use super::buffers::{room, Bytes, Fixed, OffsetOverflow, Recycler, Slot, Validity};
 use crate::protocol::Datum;
 use crate::values::{PgType, Raw, Scalar, ValueError, ValueErrorKind};
 
@@ -117,7 +117,8 @@ struct IntervalParts {
 struct ListParts {
     item: Box<ColumnBuilder>,
     field: FieldRef,
-    offsets: Vec<i32>,
+    /// Starts with 0.
+    offsets: Slot<i32>,
     valid: Validity,
 }
 
@@ -157,7 +158,7 @@ impl ListParts {
     /// Ends the current entry (valid or null) at the child's current length.
     fn close(&mut self, valid: bool) {
         let end = i32::try_from(self.item.len()).unwrap_or(i32::MAX);
-        self.offsets.push(end);
+        self.offsets.values.push(end);
         self.valid.push(valid);
     }
 }
@@ -207,7 +208,7 @@ impl ColumnBuilder {
                 kind: Kind::List(ListParts {
                     item: Box::new(Self::scalar(s)),
                     field: item_field(s),
-                    offsets: vec![0],
+                    offsets: Slot::offsets(),
                     valid: Validity::default(),
                 }),
                 scratch: String::new(),
@@ -376,9 +377,34 @@ impl ColumnBuilder {
                 p.valid.push(false);
             }
             Kind::List(list) => {
-                let end = list.offsets.last().copied().unwrap_or(0);
-                list.offsets.push(end);
+                let end = list.offsets.values.last().copied().unwrap_or(0);
+                list.offsets.values.push(end);
                 list.valid.push(false);
+            }
+        }
+    }
+
+    /// Gives the builder memory for the next batch (see [`Recycler`]).
+    pub fn refill(&mut self, recycler: &mut Recycler) {
+        match &mut self.kind {
+            Kind::Bool(_) => {}
+            Kind::Int16(b) => b.refill(recycler),
+            Kind::Int32(b) | Kind::Date32(b) => b.refill(recycler),
+            Kind::Int64(b) | Kind::Time64(b) | Kind::Timestamp(b) => b.refill(recycler),
+            Kind::Float32(b) => b.refill(recycler),
+            Kind::Float64(b) => b.refill(recycler),
+            Kind::Decimal(b, _) => b.refill(recycler),
+            Kind::Utf8(b) | Kind::Binary(b) => b.refill(recycler),
+            Kind::Interval(p) => {
+                p.months.refill(recycler);
+                p.days.refill(recycler);
+                p.micros.refill(recycler);
+                p.valid.refill(recycler);
+            }
+            Kind::List(list) => {
+                list.item.refill(recycler);
+                list.offsets.refill(recycler, 1);
+                list.valid.refill(recycler);
             }
         }
     }
@@ -401,8 +427,8 @@ impl ColumnBuilder {
     }
 
     /// The values appended since the last call, as one array; the builder starts empty,
-    /// with room for as many values as this batch held (the next batch is likely alike:
-    /// no regrowth), in memory `recycler` gives back when it can.
+    /// and [`ColumnBuilder::refill`] gives it room for as many values as this batch held
+    /// (the next batch is likely alike: no regrowth).
     pub fn finish(&mut self, recycler: &mut Recycler) -> Result<ArrayRef, ArrowError> {
         let dt = &self.data_type;
         Ok(match &mut self.kind {
@@ -443,11 +469,9 @@ impl ColumnBuilder {
             Kind::List(list) => {
                 let n = list.valid.len();
                 let values = list.item.finish(recycler)?;
-                let mut next = recycler.vec(room(n) + 1);
-                next.push(0);
-                let offsets = std::mem::replace(&mut list.offsets, next);
                 let offsets =
-                    OffsetBuffer::new(ScalarBuffer::new(recycler.lend(offsets), 0, n + 1));
+                    OffsetBuffer::new(ScalarBuffer::new(list.offsets.lend(recycler), 0, n + 1));
+                list.offsets.values.push(0);
                 let nulls = list.valid.finish(recycler);
                 Arc::new(ListArray::try_new(
                     Arc::clone(&list.field),

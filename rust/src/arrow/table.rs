@@ -8,7 +8,7 @@ use arrow_array::{new_null_array, ArrayRef, BooleanArray, ListArray, RecordBatch
 use arrow_buffer::{BooleanBuffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 
-use super::buffers::{room, Bytes, Fixed, OffsetOverflow, Recycler};
+use super::buffers::{room, Bytes, Fixed, OffsetOverflow, Recycler, Slot};
 use super::column::{arrow_type, ColumnBuilder};
 use crate::protocol::{Datum, Lsn, OldKind, PgTimestamp};
 use crate::relation::Relation;
@@ -147,11 +147,13 @@ pub struct ChangeTable {
     old_images: usize,
     /// All-null `_before` and `_before_kind` columns, shared by batches without old images.
     null_before: Option<(ArrayRef, ArrayRef)>,
-    /// `_unchanged`: the list offsets and the names.
-    unchanged: Vec<i32>,
+    /// `_unchanged`: the list offsets (starting with 0) and the names.
+    unchanged: Slot<i32>,
     unchanged_names: Bytes,
     /// The memory of the batches handed out, for the next ones.
     recycler: Recycler,
+    /// The builders have handed their memory out and get it back at the next row.
+    refill: bool,
     rows: usize,
     /// Rows whose values could not all be parsed: dropped at `finish`.
     failed_rows: Vec<usize>,
@@ -186,9 +188,10 @@ impl ChangeTable {
             before_kind: Bytes::default(),
             old_images: 0,
             null_before: None,
-            unchanged: vec![0],
+            unchanged: Slot::offsets(),
             unchanged_names: Bytes::default(),
             recycler: Recycler::default(),
+            refill: false,
             rows: 0,
             failed_rows: Vec::new(),
             before_pending_nulls: 0,
@@ -220,6 +223,9 @@ impl ChangeTable {
         new: Option<&[Datum<'_>]>,
         old: Option<(OldKind, &[Datum<'_>])>,
     ) -> Result<(), ColumnError> {
+        if self.refill {
+            self.refill_builders();
+        }
         let binary = self.binary;
         let mut failed = append_values(&mut self.columns, new, binary);
         // Most rows have no old image: their `_before` nulls are appended in bulk, when the
@@ -252,7 +258,7 @@ impl ChangeTable {
         );
         self.xid.push_option(meta.xid.map(i64::from));
         let names = i32::try_from(self.unchanged_names.len()).unwrap_or(i32::MAX);
-        self.unchanged.push(names);
+        self.unchanged.values.push(names);
         self.rows += 1;
         match failed {
             None => Ok(()),
@@ -269,7 +275,7 @@ impl ChangeTable {
     /// Finishes the rows appended so far into one record batch; the table starts empty again.
     pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
         let rows = std::mem::take(&mut self.rows);
-        self.recycler.begin();
+        self.refill = true;
         let mut arrays = Vec::with_capacity(self.columns.len() + 9);
         for b in &mut self.columns {
             arrays.push(b.finish(&mut self.recycler)?);
@@ -278,10 +284,12 @@ impl ChangeTable {
         let change_type = self.finish_change_type()?;
         let recycler = &mut self.recycler;
         let names = self.unchanged_names.finish_utf8(recycler)?;
-        let mut next = recycler.vec(room(rows) + 1);
-        next.push(0);
-        let offsets = std::mem::replace(&mut self.unchanged, next);
-        let offsets = OffsetBuffer::new(ScalarBuffer::new(recycler.lend(offsets), 0, rows + 1));
+        let offsets = OffsetBuffer::new(ScalarBuffer::new(
+            self.unchanged.lend(recycler),
+            0,
+            rows + 1,
+        ));
+        self.unchanged.values.push(0);
         let unchanged = ListArray::try_new(unchanged_item(), offsets, names, None)?;
         arrays.extend([
             change_type,
@@ -297,7 +305,6 @@ impl ChangeTable {
             before_kind,
             Arc::new(unchanged),
         ]);
-        recycler.end();
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), arrays)?;
         if self.failed_rows.is_empty() {
             return Ok(batch);
@@ -314,6 +321,35 @@ impl ChangeTable {
 }
 
 impl ChangeTable {
+    /// Gives every builder memory for this batch: what the last batches handed out and the
+    /// consumer has released since, or new memory.
+    fn refill_builders(&mut self) {
+        self.refill = false;
+        let recycler = &mut self.recycler;
+        recycler.begin();
+        for b in self.columns.iter_mut().chain(&mut self.before) {
+            b.refill(recycler);
+        }
+        for b in [
+            &mut self.lsn,
+            &mut self.commit_lsn,
+            &mut self.tx_ordinal,
+            &mut self.commit_ts,
+            &mut self.xid,
+        ] {
+            b.refill(recycler);
+        }
+        for b in [
+            &mut self.change_type,
+            &mut self.before_kind,
+            &mut self.unchanged_names,
+        ] {
+            b.refill(recycler);
+        }
+        self.unchanged.refill(recycler, 1);
+        recycler.end();
+    }
+
     /// `_change_type`.
     fn finish_change_type(&mut self) -> Result<ArrayRef, ArrowError> {
         let kinds = &mut self.change_kinds;
