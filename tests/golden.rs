@@ -10,7 +10,9 @@
 
 mod common;
 
+use pgwire_cdc::error::Reason;
 use pgwire_cdc::event::{EventBody, EventCollector, UpdatedRow};
+use pgwire_cdc::held::SpillConfig;
 use pgwire_cdc::{Decoder, DecoderConfig};
 
 fn decode(c: &common::Capture) -> Vec<pgwire_cdc::event::Event> {
@@ -133,4 +135,99 @@ fn streamed_and_prepared_captures_deliver_their_rows_once() {
                 .any(|e| matches!(e.body, EventBody::StreamStart { .. })));
         }
     }
+}
+
+/// Decodes with held transactions spilled past `memory_limit` bytes, pulling committed
+/// ones `step` messages at a time with `feed_bounded` / `replay_some`.
+fn decode_spilled(
+    c: &common::Capture,
+    memory_limit: usize,
+    step: usize,
+) -> (Vec<pgwire_cdc::event::Event>, u64) {
+    let dir = std::env::temp_dir().join(format!("pgwire_cdc-golden-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut dec = Decoder::new(DecoderConfig {
+        proto_version: c.proto_version,
+        binary: c.binary,
+    })
+    .with_spill(SpillConfig {
+        memory_limit,
+        dir: Some(dir.clone()),
+    });
+    let mut out = EventCollector::default();
+    for (i, (lsn, bytes)) in c.messages.iter().enumerate() {
+        dec.feed_bounded(bytes, *lsn, &mut out)
+            .unwrap_or_else(|e| panic!("{}: message {i}: {e}", c.path.display()));
+        while dec.replaying() {
+            let before = out.events.len();
+            let done = dec.replay_some(&mut out, step).unwrap();
+            assert!(done.messages <= step);
+            // Each pulled message is one event; the closing event comes with the last.
+            assert_eq!(
+                out.events.len() - before,
+                done.messages + usize::from(done.finished)
+            );
+            assert!(dec.in_transaction() != done.finished);
+        }
+    }
+    assert!(!dec.in_transaction(), "{}", c.path.display());
+    assert_eq!(dec.held_in_memory(), 0, "{}", c.path.display());
+    // The spill files are unnamed: nothing is left in (or ever visible in) the directory.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    (out.events, dec.held_spilled())
+}
+
+#[test]
+fn held_transactions_decode_the_same_from_memory_and_from_disk() {
+    let mut spilled_captures = 0;
+    for c in common::captures() {
+        let expected = decode(&c);
+        for (limit, step) in [(0, 1), (0, usize::MAX), (600, 3), (usize::MAX, 2)] {
+            let (events, spilled) = decode_spilled(&c, limit, step);
+            assert_eq!(
+                events,
+                expected,
+                "{} limit {limit} step {step}",
+                c.path.display()
+            );
+            if limit == usize::MAX {
+                assert_eq!(spilled, 0);
+            }
+            if limit == 0 && spilled > 0 {
+                spilled_captures += 1;
+            }
+        }
+    }
+    // Streamed and two-phase captures (stream_*, two_phase*, ws_*) went through disk.
+    assert!(spilled_captures >= 10, "{spilled_captures}");
+    let _ = std::fs::remove_dir(
+        std::env::temp_dir().join(format!("pgwire_cdc-golden-{}", std::process::id())),
+    );
+}
+
+#[test]
+fn a_spill_directory_that_cannot_be_written_is_a_spill_error() {
+    let c = common::captures()
+        .into_iter()
+        .find(|c| c.path.ends_with("pg15/stream_v2.json"))
+        .unwrap();
+    let missing = std::env::temp_dir().join("pgwire_cdc-no-such-dir/below");
+    let mut dec = Decoder::new(DecoderConfig {
+        proto_version: c.proto_version,
+        binary: c.binary,
+    })
+    .with_spill(SpillConfig {
+        memory_limit: 0,
+        dir: Some(missing),
+    });
+    let mut out = EventCollector::default();
+    let err = c
+        .messages
+        .iter()
+        .find_map(|(lsn, bytes)| dec.feed(bytes, *lsn, &mut out).err())
+        .expect("the first held message needs the spill file");
+    assert!(matches!(err.reason, Reason::Spill(_)), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("pgwire_cdc-no-such-dir"), "{text}");
+    assert!(text.contains("spill_dir"), "{text}");
 }

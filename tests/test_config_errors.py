@@ -226,6 +226,8 @@ def test_proto_version_newer_than_the_server(cfg_db: Database) -> None:
         ({"reconnect_attempts": -1}, "must not be negative"),
         ({"reconnect_max_delay": -1.0}, "must not be negative"),
         ({"stall_timeout": -1.0}, "0 turns stall detection off"),
+        ({"spill_threshold": -1}, "0 holds nothing in memory"),
+        ({"spill_dir": "/no/such/dir"}, "spill_dir '/no/such/dir' is not a writable directory"),
     ],
 )
 def test_options_checked_before_connecting(options: dict[str, Any], match: str) -> None:

@@ -17,6 +17,7 @@ from .errors import (
     DecodeError,
     Error,
     SlotError,
+    SpillError,
 )
 from .lsn import int_to_lsn, lsn_to_int
 from .streaming import Batch, stream
@@ -32,6 +33,7 @@ __all__ = [
     "Error",
     "Event",
     "SlotError",
+    "SpillError",
     "errors",
     "int_to_lsn",
     "lsn_to_int",

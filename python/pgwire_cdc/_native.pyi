@@ -211,6 +211,8 @@ class ReplicationConnection:
         acked_lsn: int = 0,
         skip_through: tuple[int, int] | None = None,
         stall_timeout_ms: int | None = None,
+        spill_threshold: int = 67108864,
+        spill_dir: str | None = None,
     ) -> LiveStream: ...
     def close(self) -> None: ...
 

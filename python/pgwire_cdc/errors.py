@@ -14,6 +14,7 @@ __all__ = [
     "DecodeError",
     "Error",
     "SlotError",
+    "SpillError",
 ]
 
 
@@ -93,3 +94,9 @@ class ConnectionError(Error, builtins.ConnectionError):
 class MirrorError(Error):
     """A mirror cannot apply a change table (its columns do not fit the mirror's table, or
     its stored state is damaged). The message says which table and what to do."""
+
+
+class SpillError(Error):
+    """A streamed or prepared transaction too large for ``spill_threshold`` could not be
+    held on disk (``spill_dir`` missing, not writable, or full). Nothing was acked past it:
+    after fixing the directory, streaming again delivers the transaction."""

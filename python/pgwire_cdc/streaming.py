@@ -37,6 +37,7 @@ point and ``_tx_ordinal`` numbering them 0, 1, … in delivery order.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -60,6 +61,9 @@ log = logging.getLogger("pgwire_cdc")
 DEFAULT_MAX_BATCH_ROWS = 100_000
 DEFAULT_MAX_BATCH_BYTES = 64 << 20
 DEFAULT_MAX_BATCH_MS = 1_000
+#: Bytes of held (streamed, uncommitted) transaction changes kept in memory, all
+#: transactions together; more goes to disk.
+DEFAULT_SPILL_THRESHOLD = 64 << 20
 
 #: Reconnecting after a lost replication connection: attempts per outage, the delay
 #: before the first one, and the cap of the delay that doubles with every attempt (s).
@@ -295,6 +299,9 @@ class _Stream:
             acked_lsn=self.acked_lsn,
             skip_through=skip_through,
             stall_timeout_ms=self.stall_timeout_ms,
+            streaming=self.o["streaming"],
+            spill_threshold=self.o["spill_threshold"],
+            spill_dir=self.o["spill_dir"],
         )
         self.repl = None
 
@@ -621,6 +628,9 @@ def stream(
     reconnect_delay: float = RECONNECT_DELAY_S,
     reconnect_max_delay: float = RECONNECT_MAX_DELAY_S,
     stall_timeout: float | None = None,
+    streaming: bool = True,
+    spill_threshold: int = DEFAULT_SPILL_THRESHOLD,
+    spill_dir: str | os.PathLike[str] | None = None,
 ) -> Iterator[Batch]:
     """Streams a publication's changes (after an initial snapshot for a new slot) as
     :class:`Batch` objects; see the module documentation and CONTRACT section 2.
@@ -643,6 +653,17 @@ def stream(
     (no data, no keepalive, no answer to the request for one sent halfway) counts as lost;
     default: 60 s or the server's ``wal_sender_timeout`` if longer; 0 never gives up.
     Failures of the first connection are raised at once.
+
+    Large transactions. Batches respect ``max_batch_rows`` and ``max_batch_bytes`` inside
+    a transaction too, so memory follows the batch, not the transaction. With
+    ``streaming`` (protocol 2+, the default) the server sends a large transaction while it
+    is still running; its changes are held until it commits (then delivered, batch by
+    batch) or dropped when it aborts. Held changes beyond ``spill_threshold`` bytes (all
+    open transactions together) go to an unnamed temporary file in ``spill_dir`` (default:
+    the system's temporary directory), which vanishes with the transaction or the process.
+    Without ``streaming`` the server holds the transaction itself until it commits (in
+    ``pg_replslot``, decoded once more after every reconnect). A consumer that is slow to
+    take batches makes the server wait: nothing is read ahead of it.
     """
     if max_batch_rows < 1 or max_batch_bytes < 1 or max_batch_ms < 0:
         raise ConfigError("max_batch_rows and max_batch_bytes must be positive")
@@ -654,6 +675,15 @@ def stream(
         )
     if stall_timeout is not None and stall_timeout < 0:
         raise ConfigError("stall_timeout must not be negative (0 turns stall detection off)")
+    if spill_threshold < 0:
+        raise ConfigError("spill_threshold must not be negative (0 holds nothing in memory)")
+    if spill_dir is not None:
+        spill_dir = os.fspath(spill_dir)
+        if not os.path.isdir(spill_dir) or not os.access(spill_dir, os.W_OK | os.X_OK):
+            raise ConfigError(
+                f"spill_dir {spill_dir!r} is not a writable directory: give a directory this"
+                " process can create files in, with room for the largest transaction"
+            )
     if proto_version is not None and proto_version not in _PROTO_MIN_SERVER:
         raise ConfigError(
             f"proto_version must be 1, 2, 3 or 4, not {proto_version!r} (or None: the highest"
@@ -683,5 +713,8 @@ def stream(
         reconnect_delay=reconnect_delay,
         reconnect_max_delay=reconnect_max_delay,
         stall_timeout=stall_timeout,
+        streaming=streaming,
+        spill_threshold=spill_threshold,
+        spill_dir=spill_dir,
     )
     return state.run()

@@ -33,10 +33,10 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use crate::error::{DecodeError, Reason};
+use crate::error::{DecodeError, MessageKind, Reason};
+use crate::held::{Budget, HeldMessage, HeldReader, HeldRef, HeldTx, SpillConfig};
 use crate::protocol::{
     parse_message, parse_message_into, Datum, Lsn, Message, OldKind, ParseContext, PgTimestamp,
-    StreamAbort,
 };
 use crate::relation::{BaseType, Relation, TypeCatalog, TypeInfo};
 use crate::sink::{EventMeta, EventRef, EventSink, OldImage};
@@ -60,10 +60,10 @@ impl Default for DecoderConfig {
 
 /// Relations by OID. OIDs come from the server, not from an adversary: a multiplicative
 /// hash is enough, and much cheaper per message than SipHash.
-type RelationMap = HashMap<u32, Arc<Relation>, BuildHasherDefault<OidHasher>>;
+pub(crate) type RelationMap = HashMap<u32, Arc<Relation>, BuildHasherDefault<OidHasher>>;
 
 #[derive(Debug, Default, Clone, Copy)]
-struct OidHasher(u64);
+pub(crate) struct OidHasher(u64);
 
 impl Hasher for OidHasher {
     fn finish(&self) -> u64 {
@@ -104,7 +104,7 @@ impl TxMeta {
 
 /// What a message refers to, looked up when it arrived.
 #[derive(Debug, Clone, Default)]
-enum Resolved {
+pub(crate) enum Resolved {
     #[default]
     Nothing,
     /// Relation, Insert, Update, Delete.
@@ -115,6 +115,16 @@ enum Resolved {
 }
 
 impl Resolved {
+    /// The same descriptions (the same allocations), so one copy serves both.
+    pub(crate) fn same_as(&self, other: &Resolved) -> bool {
+        match (self, other) {
+            (Resolved::Nothing, Resolved::Nothing) => true,
+            (Resolved::Relation(a), Resolved::Relation(b)) => Arc::ptr_eq(a, b),
+            (Resolved::Type(a), Resolved::Type(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
     fn relation(&self) -> Option<&Arc<Relation>> {
         self.as_ref().relation()
     }
@@ -167,25 +177,6 @@ impl<'r> ResolvedRef<'r> {
     }
 }
 
-/// A held message of a streamed or prepared transaction.
-#[derive(Debug)]
-struct HeldMessage {
-    lsn: Lsn,
-    bytes: Box<[u8]>,
-    in_stream: bool,
-    /// The (sub)transaction xid a streamed data message carries: a Stream Abort of that
-    /// subtransaction drops it.
-    subxid: Option<u32>,
-    resolved: Resolved,
-}
-
-#[derive(Debug, Default)]
-struct HeldTx {
-    messages: Vec<HeldMessage>,
-    /// Relation descriptions sent inside a streamed transaction, in force for it only.
-    relations: RelationMap,
-}
-
 #[derive(Debug)]
 enum TxState {
     Idle,
@@ -211,6 +202,10 @@ pub struct Decoder {
     open_stream: Option<u32>,
     streams: HashMap<u32, HeldTx>,
     prepared: HashMap<String, HeldTx>,
+    spill: SpillConfig,
+    budget: Arc<Budget>,
+    /// A committed held transaction being delivered (see [`Decoder::feed_bounded`]).
+    replay: Option<Replay>,
     /// The allocation of the last Insert's tuple, for the next one.
     spare_tuple: Vec<Datum<'static>>,
 }
@@ -226,8 +221,28 @@ impl Decoder {
             open_stream: None,
             streams: HashMap::new(),
             prepared: HashMap::new(),
+            spill: SpillConfig::default(),
+            budget: Arc::default(),
+            replay: None,
             spare_tuple: Vec::new(),
         }
+    }
+
+    /// Where held (streamed or prepared) transactions go once they outgrow memory; see
+    /// [`crate::held`].
+    pub fn with_spill(mut self, spill: SpillConfig) -> Self {
+        self.spill = spill;
+        self
+    }
+
+    /// Bytes of held messages in memory now.
+    pub fn held_in_memory(&self) -> u64 {
+        self.budget.in_memory()
+    }
+
+    /// Bytes of held messages written to spill files so far.
+    pub fn held_spilled(&self) -> u64 {
+        self.budget.spilled()
     }
 
     pub fn config(&self) -> DecoderConfig {
@@ -249,7 +264,7 @@ impl Decoder {
     /// True between Begin and Commit (or Begin Prepare and Prepare), or inside a streamed
     /// block: a consumer must not treat the stream as being at a transaction boundary.
     pub fn in_transaction(&self) -> bool {
-        !matches!(self.state, TxState::Idle) || self.open_stream.is_some()
+        !matches!(self.state, TxState::Idle) || self.open_stream.is_some() || self.replay.is_some()
     }
 
     /// Streamed or prepared transactions held, waiting for their commit.
@@ -263,12 +278,32 @@ impl Decoder {
     }
 
     /// Decodes one message, given with the WAL position the server reported for it.
+    /// A Stream Commit or Commit Prepared delivers its whole transaction before it
+    /// returns.
     pub fn feed<S: EventSink>(
         &mut self,
         bytes: &[u8],
         lsn: Lsn,
         sink: &mut S,
     ) -> Result<(), DecodeError> {
+        self.feed_bounded(bytes, lsn, sink)?;
+        self.replay_some(sink, usize::MAX).map(|_| ())
+    }
+
+    /// As [`Decoder::feed`], but a Stream Commit or Commit Prepared only starts the
+    /// delivery of its transaction, which may be millions of rows: the caller pulls it
+    /// with [`Decoder::replay_some`], cutting batches in between, and [`Decoder::
+    /// in_transaction`] stays true until the closing event. Feeding the next message
+    /// first delivers whatever is left.
+    pub fn feed_bounded<S: EventSink>(
+        &mut self,
+        bytes: &[u8],
+        lsn: Lsn,
+        sink: &mut S,
+    ) -> Result<(), DecodeError> {
+        if self.replay.is_some() {
+            self.replay_some(sink, usize::MAX)?;
+        }
         let ctx = ParseContext {
             proto_version: self.config.proto_version,
             in_stream: self.open_stream.is_some(),
@@ -328,7 +363,10 @@ impl Decoder {
                     commit_timestamp: None,
                 };
                 sink.event(&meta, EventRef::StreamStart(start))?;
-                self.streams.entry(start.xid).or_default();
+                let budget = &self.budget;
+                self.streams
+                    .entry(start.xid)
+                    .or_insert_with(|| HeldTx::new(budget));
                 self.open_stream = Some(start.xid);
                 Ok(())
             }
@@ -353,24 +391,30 @@ impl Decoder {
                         "Stream Commit inside an open transaction or stream",
                     ));
                 }
-                let held = self.streams.remove(&commit.xid).unwrap_or_default();
+                let held = self.streams.remove(&commit.xid);
+                let held = held.unwrap_or_else(|| HeldTx::new(&self.budget));
                 // Committed: its relation descriptions are now the ones in force.
                 self.relations
                     .extend(held.relations.iter().map(|(k, v)| (*k, Arc::clone(v))));
-                let mut tx = TxMeta {
+                let tx = TxMeta {
                     commit_lsn: Some(commit.commit_lsn),
                     xid: Some(commit.xid),
                     commit_timestamp: Some(commit.timestamp),
                     next_ordinal: 0,
                 };
-                replay(&held.messages, &mut tx, self.config, sink)?;
-                sink.event(&tx.meta(lsn), EventRef::StreamCommit(commit))
+                self.start_replay(held, tx, bytes, lsn, kind)
             }
             Message::StreamAbort(abort) => {
                 if self.in_transaction() {
                     return Err(seq_err("Stream Abort inside an open transaction or stream"));
                 }
-                self.abort_streamed(abort);
+                match self.streams.get_mut(&abort.xid) {
+                    Some(_) if abort.subxid == abort.xid => {
+                        self.streams.remove(&abort.xid);
+                    }
+                    Some(held) => held.abort_subtransaction(abort.subxid),
+                    None => {}
+                }
                 let meta = EventMeta {
                     start_lsn: lsn,
                     commit_lsn: None,
@@ -386,9 +430,12 @@ impl Decoder {
                         "Begin Prepare inside an open transaction or stream",
                     ));
                 }
-                let mut held = HeldTx::default();
-                held.messages
-                    .push(hold(bytes, lsn, false, None, Resolved::default()));
+                let mut held = HeldTx::new(&self.budget);
+                held.push(
+                    hold(bytes, lsn, false, None, Resolved::default()),
+                    &self.spill,
+                )
+                .map_err(|e| spill_error(kind, &e))?;
                 self.state = TxState::Preparing {
                     gid: info.gid.to_owned(),
                     held,
@@ -406,8 +453,11 @@ impl Decoder {
                 if let TxState::Preparing { gid, mut held } =
                     std::mem::replace(&mut self.state, TxState::Idle)
                 {
-                    held.messages
-                        .push(hold(bytes, lsn, false, None, Resolved::default()));
+                    held.push(
+                        hold(bytes, lsn, false, None, Resolved::default()),
+                        &self.spill,
+                    )
+                    .map_err(|e| spill_error(kind, &e))?;
                     self.prepared.insert(gid, held);
                 }
                 Ok(())
@@ -418,10 +468,14 @@ impl Decoder {
                         "Stream Prepare inside an open transaction or stream",
                     ));
                 }
-                let mut held = self.streams.remove(&info.xid).unwrap_or_default();
+                let held = self.streams.remove(&info.xid);
+                let mut held = held.unwrap_or_else(|| HeldTx::new(&self.budget));
                 self.relations.extend(held.relations.drain());
-                held.messages
-                    .push(hold(bytes, lsn, false, None, Resolved::default()));
+                held.push(
+                    hold(bytes, lsn, false, None, Resolved::default()),
+                    &self.spill,
+                )
+                .map_err(|e| spill_error(kind, &e))?;
                 self.prepared.insert(info.gid.to_owned(), held);
                 Ok(())
             }
@@ -431,15 +485,15 @@ impl Decoder {
                         "Commit Prepared inside an open transaction or stream",
                     ));
                 }
-                let held = self.prepared.remove(commit.gid).unwrap_or_default();
-                let mut tx = TxMeta {
+                let held = self.prepared.remove(commit.gid);
+                let held = held.unwrap_or_else(|| HeldTx::new(&self.budget));
+                let tx = TxMeta {
                     commit_lsn: Some(commit.commit_lsn),
                     xid: Some(commit.xid),
                     commit_timestamp: Some(commit.timestamp),
                     next_ordinal: 0,
                 };
-                replay(&held.messages, &mut tx, self.config, sink)?;
-                sink.event(&tx.meta(lsn), EventRef::CommitPrepared(commit))
+                self.start_replay(held, tx, bytes, lsn, kind)
             }
             Message::RollbackPrepared(rollback) => {
                 if self.in_transaction() {
@@ -508,15 +562,20 @@ impl Decoder {
         }
 
         if let Some(xid) = self.open_stream {
-            let held = self.streams.entry(xid).or_default();
+            let budget = &self.budget;
+            let held = self
+                .streams
+                .entry(xid)
+                .or_insert_with(|| HeldTx::new(budget));
             if let Message::Relation(r) = msg {
                 if let Some(rel) = resolved.relation() {
                     held.relations.insert(r.oid, Arc::clone(rel));
                 }
             }
             let subxid = data_xid(msg);
-            held.messages.push(hold(bytes, lsn, true, subxid, resolved));
-            return Ok(());
+            return held
+                .push(hold(bytes, lsn, true, subxid, resolved), &self.spill)
+                .map_err(|e| spill_error(msg.kind(), &e));
         }
 
         if matches!(self.state, TxState::Idle) {
@@ -528,10 +587,9 @@ impl Decoder {
         }
         self.remember_schema(msg, &resolved);
         match &mut self.state {
-            TxState::Preparing { held, .. } => {
-                held.messages.push(hold(bytes, lsn, false, None, resolved));
-                Ok(())
-            }
+            TxState::Preparing { held, .. } => held
+                .push(hold(bytes, lsn, false, None, resolved), &self.spill)
+                .map_err(|e| spill_error(msg.kind(), &e)),
             TxState::Plain(tx) => dispatch(msg, resolved.as_ref(), lsn, tx, sink),
             TxState::Idle => Ok(()),
         }
@@ -554,14 +612,106 @@ impl Decoder {
         }
     }
 
-    fn abort_streamed(&mut self, abort: &StreamAbort) {
-        if abort.subxid == abort.xid {
-            self.streams.remove(&abort.xid);
-        } else if let Some(held) = self.streams.get_mut(&abort.xid) {
-            // Schema messages stay: pgoutput will not send them again for this transaction.
-            held.messages.retain(|m| m.subxid != Some(abort.subxid));
-        }
+    /// A Stream Commit or Commit Prepared (`closing`, at `lsn`): its held transaction is
+    /// delivered by [`Decoder::replay_some`], then the closing event.
+    fn start_replay(
+        &mut self,
+        held: HeldTx,
+        tx: TxMeta,
+        closing: &[u8],
+        lsn: Lsn,
+        kind: MessageKind,
+    ) -> Result<(), DecodeError> {
+        let reader = held.into_reader().map_err(|e| spill_error(kind, &e))?;
+        self.replay = Some(Replay {
+            reader,
+            tx,
+            closing: closing.into(),
+            closing_lsn: lsn,
+        });
+        Ok(())
     }
+
+    /// Delivers up to `max_messages` messages of the committed transaction being
+    /// replayed (see [`Decoder::feed_bounded`]), and its closing event after the last.
+    pub fn replay_some<S: EventSink>(
+        &mut self,
+        sink: &mut S,
+        max_messages: usize,
+    ) -> Result<Replayed, DecodeError> {
+        let mut done = Replayed::default();
+        let Some(replay) = &mut self.replay else {
+            return Ok(done);
+        };
+        let config = self.config;
+        while done.messages < max_messages {
+            let next = replay
+                .reader
+                .next_message()
+                .map_err(|e| spill_error(MessageKind::StreamCommit, &e))?;
+            let Some(m) = next else {
+                done.finished = true;
+                break;
+            };
+            done.messages += 1;
+            done.bytes += m.bytes.len();
+            deliver_held(m, &mut replay.tx, config, sink)?;
+        }
+        if done.finished {
+            if let Some(replay) = self.replay.take() {
+                let ctx = ParseContext {
+                    proto_version: config.proto_version,
+                    in_stream: false,
+                };
+                let msg = parse_message(&replay.closing, ctx)?;
+                let meta = replay.tx.meta(replay.closing_lsn);
+                match &msg {
+                    Message::StreamCommit(c) => sink.event(&meta, EventRef::StreamCommit(c))?,
+                    Message::CommitPrepared(c) => {
+                        sink.event(&meta, EventRef::CommitPrepared(c))?;
+                    }
+                    _ => {
+                        return Err(DecodeError::new(
+                            msg.kind(),
+                            0,
+                            Reason::OutOfSequence("not a commit"),
+                        ))
+                    }
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// A committed transaction is being delivered by [`Decoder::replay_some`].
+    pub fn replaying(&self) -> bool {
+        self.replay.is_some()
+    }
+}
+
+/// What one [`Decoder::replay_some`] call delivered.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Replayed {
+    pub messages: usize,
+    /// Payload bytes of the delivered messages.
+    pub bytes: usize,
+    /// The closing event was delivered: the transaction is complete.
+    pub finished: bool,
+}
+
+/// A committed held transaction being delivered.
+#[derive(Debug)]
+struct Replay {
+    reader: HeldReader,
+    tx: TxMeta,
+    /// The Stream Commit or Commit Prepared message, delivered after the last change.
+    closing: Box<[u8]>,
+    closing_lsn: Lsn,
+}
+
+/// Holding a transaction on disk failed (a full or unwritable spill directory).
+fn spill_error(kind: MessageKind, e: &std::io::Error) -> DecodeError {
+    DecodeError::new(kind, 0, Reason::Spill(e.to_string()))
 }
 
 /// `tuple`'s allocation, emptied, free of the message it borrowed from (collecting an
@@ -709,32 +859,25 @@ fn resolve(
     })
 }
 
-/// Delivers held messages in order, reading each against the relations it was checked
-/// against when it arrived.
-fn replay<S: EventSink>(
-    held: &[HeldMessage],
+/// Delivers one held message, read against the relations it was checked against when
+/// it arrived.
+fn deliver_held<S: EventSink>(
+    m: HeldRef<'_>,
     tx: &mut TxMeta,
     config: DecoderConfig,
     sink: &mut S,
 ) -> Result<(), DecodeError> {
-    for m in held {
-        let ctx = ParseContext {
-            proto_version: config.proto_version,
-            in_stream: m.in_stream,
-        };
-        let msg = parse_message(&m.bytes, ctx)?;
-        match &msg {
-            Message::BeginPrepare(info) => {
-                sink.event(&tx.meta(m.lsn), EventRef::BeginPrepare(info))?;
-            }
-            Message::Prepare(info) => sink.event(&tx.meta(m.lsn), EventRef::Prepare(info))?,
-            Message::StreamPrepare(info) => {
-                sink.event(&tx.meta(m.lsn), EventRef::StreamPrepare(info))?;
-            }
-            _ => dispatch(&msg, m.resolved.as_ref(), m.lsn, tx, sink)?,
-        }
+    let ctx = ParseContext {
+        proto_version: config.proto_version,
+        in_stream: m.in_stream,
+    };
+    let msg = parse_message(m.bytes, ctx)?;
+    match &msg {
+        Message::BeginPrepare(info) => sink.event(&tx.meta(m.lsn), EventRef::BeginPrepare(info)),
+        Message::Prepare(info) => sink.event(&tx.meta(m.lsn), EventRef::Prepare(info)),
+        Message::StreamPrepare(info) => sink.event(&tx.meta(m.lsn), EventRef::StreamPrepare(info)),
+        _ => dispatch(&msg, m.resolved.as_ref(), m.lsn, tx, sink),
     }
-    Ok(())
 }
 
 /// Hands one in-transaction message to the sink, numbering data events.

@@ -141,6 +141,9 @@ pub enum Reason {
     },
     /// COPY BINARY data (an initial snapshot) that breaks the format's framing.
     Copy { table: String, problem: CopyProblem },
+    /// A held transaction could not be written to or read from its spill file (see
+    /// [`crate::held`]): the I/O error, which names the directory.
+    Spill(String),
 }
 
 /// What is wrong with a COPY BINARY stream (PostgreSQL docs, COPY, "Binary Format").
@@ -235,6 +238,12 @@ impl fmt::Display for Reason {
                 crate::lsn::format_lsn(*lsn)
             ),
             Self::Copy { table, problem } => write!(f, "{table}: {problem}"),
+            Self::Spill(problem) => write!(
+                f,
+                "holding a streamed or prepared transaction on disk failed: {problem} \
+                 (give spill_dir a writable directory with room for the largest \
+                 transaction, or raise spill_threshold)"
+            ),
         }
     }
 }
@@ -263,6 +272,8 @@ impl fmt::Display for DecodeError {
         match &self.reason {
             // The message is fine; one of its values is not.
             Reason::Value { .. } => write!(f, "{} message: {}", self.kind, self.reason),
+            // Not the message's fault either.
+            Reason::Spill(_) => write!(f, "{}", self.reason),
             Reason::Copy { table, problem } => write!(
                 f,
                 "malformed COPY BINARY data of {table} at byte {}: {problem}",

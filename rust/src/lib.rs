@@ -19,6 +19,7 @@ pub mod arrow;
 pub mod decoder;
 pub mod error;
 pub mod event;
+pub mod held;
 pub mod live;
 pub mod lsn;
 pub mod mirror;

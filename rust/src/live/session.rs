@@ -21,6 +21,12 @@
 //!   confirmed point), but a prepared transaction held for its COMMIT PREPARED does: once
 //!   confirmed past its PREPARE, the server would not send its changes again.
 //!
+//! A committed streamed or prepared transaction (millions of rows, perhaps held on disk,
+//! see [`crate::held`]) is delivered a chunk at a time between the batch checks, not in
+//! one go: batches stay bounded, and the socket is not read meanwhile, so the server waits
+//! instead of the session buffering. A slow consumer holds the whole pipeline back the
+//! same way: nothing is read ahead of what it polls for.
+//!
 //! A dead connection that the socket does not report (a stalled network path, a
 //! half-open TCP connection) is found the way PostgreSQL's own `wal_receiver_timeout`
 //! finds it: after half the stall time-out without any message the session asks the
@@ -35,6 +41,7 @@ use arrow_schema::ArrowError;
 use crate::arrow::{ArrowSink, Segment};
 use crate::decoder::{Decoder, DecoderConfig};
 use crate::error::{DecodeError, Reason};
+use crate::held::SpillConfig;
 use crate::pg::{ConnParams, Connection, PgError, ReplicationMessage, ReplicationStream};
 use crate::relation::BaseType;
 use crate::sink::{EventMeta, EventRef, EventSink};
@@ -42,6 +49,10 @@ use crate::sink::{EventMeta, EventRef, EventSink};
 /// How often a session idle with nothing un-acked asks the server for its position (a
 /// status update requesting a reply), to confirm it on the consumer's behalf.
 pub const IDLE_POSITION_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Messages of a committed held transaction delivered between two looks at the batch
+/// limits, the clock and the status interval.
+const REPLAY_CHUNK: usize = 8192;
 
 /// How to start streaming.
 #[derive(Debug, Clone)]
@@ -71,6 +82,8 @@ pub struct StartOptions {
     /// The connection counts as dead after this long without any message from the server
     /// (see the module documentation); `None` never gives up on a silent server.
     pub stall_timeout: Option<Duration>,
+    /// Held (streamed or prepared) transactions past this much memory go to disk.
+    pub spill: SpillConfig,
 }
 
 /// When a batch is cut.
@@ -153,6 +166,23 @@ struct Tracker<'a> {
     last_row: &'a mut Option<(u64, u64)>,
     /// Rows already handed out by an earlier session of this run: skipped.
     skip_through: Option<(u64, u64)>,
+}
+
+impl<'a> Tracker<'a> {
+    fn new(
+        sink: &'a mut ArrowSink,
+        value_errors: &'a mut Vec<DecodeError>,
+        last_row: &'a mut Option<(u64, u64)>,
+        skip_through: Option<(u64, u64)>,
+    ) -> Self {
+        Self {
+            sink,
+            value_errors,
+            finished: None,
+            last_row,
+            skip_through,
+        }
+    }
 }
 
 impl EventSink for Tracker<'_> {
@@ -260,7 +290,8 @@ impl LiveSession {
         let mut decoder = Decoder::new(DecoderConfig {
             proto_version: options.proto_version,
             binary: options.binary,
-        });
+        })
+        .with_spill(options.spill.clone());
         decoder.extend_type_catalog(types);
         let now = Instant::now();
         Ok(Self {
@@ -523,6 +554,17 @@ impl LiveSession {
             }
             let wait = wait.max(Duration::from_millis(1));
 
+            if self.decoder.replaying() {
+                // A committed streamed or prepared transaction is being delivered: as much
+                // of it as fits the batch, then the checks above again. The socket is not
+                // read meanwhile, so the server waits (TCP backpressure).
+                let room = limits.max_rows.max(1).saturating_sub(self.sink.rows());
+                if self.replay_some(room.clamp(1, REPLAY_CHUNK), limits)? {
+                    return self.cut(Stop::UntilLsn);
+                }
+                continue;
+            }
+
             let stream = self.stream.as_mut().ok_or(LiveError::Closed)?;
             let Some(message) = stream.recv(wait)? else {
                 // Only after a read found nothing: a consumer that was busy with a batch
@@ -578,29 +620,59 @@ impl LiveSession {
                         self.batch_started = Some(self.last_message);
                     }
                     self.batch_bytes += data.len();
-                    let mut tracker = Tracker {
-                        sink: &mut self.sink,
-                        value_errors: &mut self.value_errors,
-                        finished: None,
-                        last_row: &mut self.last_row,
-                        skip_through: self.skip_through,
-                    };
+                    let mut tracker = Tracker::new(
+                        &mut self.sink,
+                        &mut self.value_errors,
+                        &mut self.last_row,
+                        self.skip_through,
+                    );
                     self.decoder
-                        .feed(data, wal_start, &mut tracker)
+                        .feed_bounded(data, wal_start, &mut tracker)
                         .map_err(LiveError::Decode)?;
-                    if let Some(end) = tracker.finished {
-                        if !self.decoder.in_transaction()
-                            && self.decoder.prepared_transactions() == 0
-                        {
-                            self.boundary = self.boundary.max(end);
-                        }
-                        if self.until_reached(limits.until_lsn) {
-                            return self.cut(Stop::UntilLsn);
-                        }
+                    let finished = tracker.finished;
+                    if self.transaction_finished(finished, limits) {
+                        return self.cut(Stop::UntilLsn);
                     }
                 }
             }
         }
+    }
+
+    /// A transaction ended (at `finished`, its end LSN): the boundary moves there unless
+    /// a prepared transaction still holds it. True when `until_lsn` is reached.
+    fn transaction_finished(&mut self, finished: Option<u64>, limits: &BatchLimits) -> bool {
+        let Some(end) = finished else {
+            return false;
+        };
+        if !self.decoder.in_transaction() && self.decoder.prepared_transactions() == 0 {
+            self.boundary = self.boundary.max(end);
+        }
+        self.until_reached(limits.until_lsn)
+    }
+
+    /// Delivers up to `max_messages` of the committed transaction being replayed.
+    /// True when it finished and `until_lsn` is reached.
+    fn replay_some(
+        &mut self,
+        max_messages: usize,
+        limits: &BatchLimits,
+    ) -> Result<bool, LiveError> {
+        if self.batch_started.is_none() {
+            self.batch_started = Some(Instant::now());
+        }
+        let mut tracker = Tracker::new(
+            &mut self.sink,
+            &mut self.value_errors,
+            &mut self.last_row,
+            self.skip_through,
+        );
+        let done = self
+            .decoder
+            .replay_some(&mut tracker, max_messages)
+            .map_err(LiveError::Decode)?;
+        let finished = tracker.finished;
+        self.batch_bytes += done.bytes;
+        Ok(self.transaction_finished(finished, limits))
     }
 
     /// Reports the acked position one last time and ends the stream.

@@ -12,6 +12,7 @@ static COLUMN_VALUE_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static CONFIG_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static SLOT_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static CONNECTION_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static SPILL_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 fn errors_class(
     py: Python<'_>,
@@ -28,6 +29,12 @@ fn errors_class(
 /// `pgwire_cdc.errors.DecodeError`, with the message kind, the byte offset and, for
 /// `feed_many`, the index of the failing message. Never any row value.
 pub fn decode_error(py: Python<'_>, err: &DecodeError, index: Option<usize>) -> PyErr {
+    if let Reason::Spill(_) = &err.reason {
+        // Not the bytes' fault: the disk's.
+        return errors_class(py, &SPILL_ERROR, "SpillError")
+            .and_then(|class| class.bind(py).call1((err.to_string(),)))
+            .map_or_else(|e| e, PyErr::from_value);
+    }
     let build = || -> PyResult<PyErr> {
         let class = match &err.reason {
             Reason::Value { .. } => errors_class(py, &COLUMN_VALUE_ERROR, "ColumnValueError")?,

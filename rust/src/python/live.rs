@@ -3,6 +3,7 @@
 //! the orchestration (which slot, which snapshot, when to reconnect) is Python's.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
 
 use crate::arrow::Segment;
+use crate::held::SpillConfig;
 use crate::live::session::LiveError;
 use crate::live::snapshot::{
     SnapshotConfig, SnapshotError, SnapshotPoll, SnapshotReader, SnapshotTask,
@@ -182,7 +184,9 @@ impl PyReplicationConnection {
     #[pyo3(signature = (slot, start_lsn, publication_names, *, proto_version, binary,
                         messages = true, streaming = true, status_interval_ms = 10_000,
                         type_map = HashMap::new(), acked_lsn = 0, skip_through = None,
-                        stall_timeout_ms = None))]
+                        stall_timeout_ms = None,
+                        spill_threshold = SpillConfig::DEFAULT_MEMORY_LIMIT,
+                        spill_dir = None))]
     #[allow(clippy::too_many_arguments)]
     fn start_streaming(
         &self,
@@ -199,6 +203,8 @@ impl PyReplicationConnection {
         acked_lsn: u64,
         skip_through: Option<(u64, u64)>,
         stall_timeout_ms: Option<u64>,
+        spill_threshold: usize,
+        spill_dir: Option<PathBuf>,
     ) -> PyResult<PyLiveStream> {
         if !(1..=4).contains(&proto_version) {
             return Err(PyValueError::new_err("proto_version must be 1 to 4"));
@@ -220,6 +226,10 @@ impl PyReplicationConnection {
             stall_timeout: stall_timeout_ms
                 .filter(|ms| *ms > 0)
                 .map(Duration::from_millis),
+            spill: SpillConfig {
+                memory_limit: spill_threshold,
+                dir: spill_dir,
+            },
         };
         let types = type_map.into_iter().map(|(oid, (base, modifier))| {
             (
