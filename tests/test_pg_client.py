@@ -360,6 +360,52 @@ def test_tls_modes(tls_pg: PgCluster, certs: Certs, tmp_path: Path) -> None:
             )
 
 
+def test_stream_over_verify_full(tls_pg: PgCluster, certs: Certs) -> None:
+    """``stream()`` itself over TLS verified against the test's CA: psycopg for the
+    catalog, the Rust client for the snapshot and the replication stream, as a role that
+    pg_hba.conf refuses without TLS; the same DSN with another CA is refused, without the
+    password in the error."""
+    need_tls(tls_pg)
+    name = tls_pg.create_database("tls")
+    try:
+        with tls_pg.connect(name) as conn:
+            conn.execute(
+                "CREATE TABLE t (id int PRIMARY KEY, v text);"
+                "INSERT INTO t VALUES (1, 'a');"
+                "CREATE PUBLICATION p FOR TABLE t;"
+                "GRANT SELECT ON t TO u_tls_only"
+            )
+            base = (
+                f"host=localhost port={tls_pg.port} dbname={name} user=u_tls_only"
+                f" password={PASSWORD} sslmode=verify-full"
+            )
+            batches = pgwire_cdc.stream(
+                f"{base} sslrootcert={certs.ca}", publication="p", slot="s_tls", idle_timeout=10
+            )
+            snapshot = next(batches)
+            assert snapshot.tables["public.t"].column("id").to_pylist() == [1]
+            snapshot.ack()
+            conn.execute("INSERT INTO t VALUES (2, 'b')")
+            ids: list[int] = []
+            while not ids:
+                batch = next(batches)
+                if "public.t" in batch.tables:
+                    ids = batch.tables["public.t"].column("id").to_pylist()
+                batch.ack()
+            assert ids == [2]
+            walsenders = conn.execute(
+                "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_replication r USING (pid)"
+                " WHERE r.usename = 'u_tls_only'"
+            ).fetchall()
+            assert walsenders == [(True,)]
+            batches.close()
+            with pytest.raises(ConnectionError) as info:
+                next(pgwire_cdc.stream(f"{base} sslrootcert={certs.other_ca}", slot="s_tls2"))
+            assert PASSWORD not in repr(info.value) and PASSWORD not in str(info.value)
+    finally:
+        tls_pg.drop_database(name)
+
+
 def test_allow_and_prefer_retry_like_libpq(tls_pg: PgCluster, tmp_path: Path) -> None:
     """allow: plain first, TLS when the server refuses plain; prefer: TLS first, plain when
     the server refuses the TLS login."""
