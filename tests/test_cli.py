@@ -115,9 +115,14 @@ def test_stream_slots_and_drop_slot(db: Database, tmp_path: Path) -> None:
     db.conn.execute("DELETE FROM t WHERE id > 90")
     proc = run_cli(
         "stream", *base, "--slot", "cli2", "--mirror", str(tmp_path / "m"),
-        "--until-lsn", pgwire_lsn(db),
+        "--until-lsn", pgwire_lsn(db), "--spill-dir", str(tmp_path), "--spill-threshold-mb", "0",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+    bad = run_cli(
+        "stream", *base, "--slot", "cli3", "--parquet", str(tmp_path / "pq3"),
+        "--no-streaming", "--spill-dir", str(tmp_path / "missing"),
+    )  # fmt: skip
+    assert bad.returncode == cli.EXIT_ERROR and "spill_dir" in bad.stderr, bad.stderr
     mirrored = mirror_mod.Mirror(tmp_path / "m").table("public.t")
     assert mirrored.num_rows == 90
     assert sorted(mirrored["v"].to_pylist()).count("new") == 10

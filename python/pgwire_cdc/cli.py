@@ -172,6 +172,9 @@ def cmd_stream(args: argparse.Namespace) -> int:
         "until_lsn": args.until_lsn,
         "idle_timeout": args.idle_timeout,
         "max_batch_rows": args.max_batch_rows,
+        "streaming": not args.no_streaming,
+        "spill_dir": args.spill_dir,
+        "spill_threshold": args.spill_threshold_mb << 20,
     }
     started = time.monotonic()
     if args.mirror:
@@ -320,6 +323,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-snapshot", action="store_true", help="skip the initial snapshot")
     p.add_argument("--text", action="store_true", help="text tuples instead of binary")
     p.add_argument("--max-batch-rows", type=int, default=100_000)
+    p.add_argument(
+        "--no-streaming",
+        action="store_true",
+        help="let the server hold large transactions until they commit (default: it sends "
+        "them while they run, and they are held here)",
+    )
+    p.add_argument(
+        "--spill-dir", help="where held transactions past --spill-threshold-mb go (default: TMPDIR)"
+    )
+    p.add_argument(
+        "--spill-threshold-mb",
+        type=int,
+        default=64,
+        help="MB of held transaction changes kept in memory (default 64)",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_stream)
 
