@@ -310,18 +310,27 @@ fn parse_any_timestamp(s: &str, with_zone: bool, ty: &'static str) -> Result<i64
 /// microseconds as [`parse_timestamp`] otherwise.
 fn usual_timestamp(b: &[u8], with_zone: bool) -> Option<i64> {
     let (head, mut rest) = b.split_first_chunk::<19>()?;
-    let digit = |i: usize| -> Option<i64> {
-        let d = head.get(i)?.wrapping_sub(b'0');
-        (d < 10).then_some(i64::from(d))
-    };
-    let two = |i: usize| Some(digit(i)? * 10 + digit(i + 1)?);
-    let separators = [(4, b'-'), (7, b'-'), (10, b' '), (13, b':'), (16, b':')];
-    if !separators.iter().all(|&(i, c)| head.get(i) == Some(&c)) {
+    let [y0, y1, y2, y3, dash1, mo0, mo1, dash2, d0, d1, space, h0, h1, colon1, mi0, mi1, colon2, s0, s1] =
+        head.map(|c| c.wrapping_sub(b'0'));
+    // Separators, shifted like the digits ('-' - '0' wraps, and so on).
+    let sep = |c: u8| c.wrapping_sub(b'0');
+    if (dash1, dash2, space, colon1, colon2)
+        != (sep(b'-'), sep(b'-'), sep(b' '), sep(b':'), sep(b':'))
+    {
         return None;
     }
-    let year = two(0)? * 100 + two(2)?;
-    let (month, day) = (two(5)?, two(8)?);
-    let (hour, minute, second) = (two(11)?, two(14)?, two(17)?);
+    // Every other byte a digit: no shifted byte above 9 (checked once, for all of them).
+    if [y0, y1, y2, y3, mo0, mo1, d0, d1, h0, h1, mi0, mi1, s0, s1]
+        .iter()
+        .fold(0, |acc, &d| acc | u8::from(d > 9))
+        != 0
+    {
+        return None;
+    }
+    let two = |hi: u8, lo: u8| i64::from(hi) * 10 + i64::from(lo);
+    let year = two(y0, y1) * 100 + two(y2, y3);
+    let (month, day) = (two(mo0, mo1), two(d0, d1));
+    let (hour, minute, second) = (two(h0, h1), two(mi0, mi1), two(s0, s1));
     let month = u32::try_from(month).ok().filter(|m| (1..=12).contains(m))?;
     let day = u32::try_from(day).ok()?;
     if year == 0 || day == 0 || day > days_in_month(year, month) {
@@ -332,28 +341,25 @@ fn usual_timestamp(b: &[u8], with_zone: bool) -> Option<i64> {
     }
     let mut micros = 0;
     if let Some((b'.', fraction)) = rest.split_first() {
-        let n = fraction.iter().take_while(|c| c.is_ascii_digit()).count();
-        if !(1..=6).contains(&n) {
-            return None;
+        // One to six digits, scaled to microseconds.
+        let mut n = 0;
+        for &c in fraction.iter().take(7) {
+            let d = c.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            micros = micros * 10 + i64::from(d);
+            n += 1;
         }
-        let (digits, tail) = fraction.split_at_checked(n)?;
-        for &c in digits {
-            micros = micros * 10 + i64::from(c - b'0');
-        }
-        micros *= 10_i64.pow(6 - n as u32);
-        rest = tail;
+        const SCALE: [i64; 7] = [0, 100_000, 10_000, 1_000, 100, 10, 1];
+        micros *= *SCALE.get(n).filter(|&&s| s != 0)?;
+        rest = fraction.get(n..)?;
     }
     let mut offset = 0;
     if with_zone {
-        let (&sign, zone) = rest.split_first()?;
-        let zone_digit = |i: usize| -> Option<i64> {
-            let d = zone.get(i)?.wrapping_sub(b'0');
-            (d < 10).then_some(i64::from(d))
-        };
-        let hours = zone_digit(0)? * 10 + zone_digit(1)?;
-        let minutes = match zone.len() {
-            2 => 0,
-            5 if zone.get(2) == Some(&b':') => zone_digit(3)? * 10 + zone_digit(4)?,
+        let (hours, minutes, sign) = match *rest {
+            [sign, h0, h1] => (two_digits(h0, h1)?, 0, sign),
+            [sign, h0, h1, b':', m0, m1] => (two_digits(h0, h1)?, two_digits(m0, m1)?, sign),
             _ => return None,
         };
         let seconds = hours * 3600 + minutes * 60;
@@ -374,6 +380,12 @@ fn usual_timestamp(b: &[u8], with_zone: bool) -> Option<i64> {
     let days = days_from_civil(year, month, day);
     let time = hour * MICROS_PER_HOUR + minute * MICROS_PER_MINUTE + second * MICROS_PER_SECOND;
     Some(days * MICROS_PER_DAY + time + micros - offset)
+}
+
+/// Two ASCII digits as a number.
+fn two_digits(hi: u8, lo: u8) -> Option<i64> {
+    let (hi, lo) = (hi.wrapping_sub(b'0'), lo.wrapping_sub(b'0'));
+    (hi < 10 && lo < 10).then(|| i64::from(hi) * 10 + i64::from(lo))
 }
 
 /// timestamp / timestamptz binary: i64 microseconds since 2000-01-01 (UTC for

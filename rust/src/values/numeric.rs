@@ -17,6 +17,7 @@
 //! dropped, as `numeric_recv` + `numeric_out` would drop them.
 
 use super::error::{ValueError, ValueErrorKind};
+use super::scan::{plain_decimal, PlainDecimal};
 use super::types::Decimal128Spec;
 
 const TY: &str = "numeric";
@@ -179,32 +180,11 @@ fn text_to_decimal_fast(s: &str, spec: Decimal128Spec) -> Option<Result<i128, Va
         Some((b'-', rest)) => (true, rest),
         _ => (false, bytes),
     };
-    // One pass: the digits into a u64 (wrapping: more than 19 digits are refused below)
-    // and where the point is.
-    let mut magnitude: u64 = 0;
-    let mut dot = None;
-    for (i, &b) in body.iter().enumerate() {
-        let d = b.wrapping_sub(b'0');
-        if d <= 9 {
-            magnitude = magnitude.wrapping_mul(10).wrapping_add(u64::from(d));
-        } else if b == b'.' && dot.is_none() {
-            dot = Some(i);
-        } else {
-            return None;
-        }
-    }
-    let frac_len = match dot {
-        // "5." and ".5" are not numeric_out's form.
-        Some(0) => return None,
-        Some(dot) if dot + 1 == body.len() => return None,
-        Some(dot) => body.len() - dot - 1,
-        None => 0,
-    };
     // Up to 19 digits fit a u64; longer numbers take the digit-by-digit path.
-    let digits = body.len() - usize::from(dot.is_some());
-    if digits == 0 || digits > 19 {
-        return None;
-    }
+    let PlainDecimal {
+        mantissa: magnitude,
+        fraction_digits: frac_len,
+    } = plain_decimal(body)?;
     let scale = usize::try_from(spec.scale).ok()?;
     let shift = scale.checked_sub(frac_len)?;
     let limit = POW10
