@@ -8,7 +8,7 @@ use arrow_array::{new_null_array, ArrayRef, BooleanArray, ListArray, RecordBatch
 use arrow_buffer::{BooleanBuffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 
-use super::buffers::{room, Bytes, Fixed, OffsetOverflow, Recycler, Slot};
+use super::buffers::{room, Fixed, OffsetOverflow, Recycler, Slot, Utf8};
 use super::column::{arrow_type, ColumnBuilder};
 use crate::protocol::{Datum, Lsn, OldKind, PgTimestamp};
 use crate::relation::Relation;
@@ -133,7 +133,7 @@ pub struct ChangeTable {
     before_kinds: Vec<Option<OldKind>>,
     /// Each row's change kind, turned into `_change_type` at `finish`.
     change_kinds: Vec<ChangeKind>,
-    change_type: Bytes,
+    change_type: Utf8,
     /// A `_change_type` column of one kind, shared by the batches whose rows are all of
     /// that kind (sliced to length).
     same_change_type: Option<(ChangeKind, ArrayRef)>,
@@ -142,14 +142,14 @@ pub struct ChangeTable {
     tx_ordinal: Fixed<i64>,
     commit_ts: Fixed<i64>,
     xid: Fixed<i64>,
-    before_kind: Bytes,
+    before_kind: Utf8,
     /// Rows with an old image since the last `finish`.
     old_images: usize,
     /// All-null `_before` and `_before_kind` columns, shared by batches without old images.
     null_before: Option<(ArrayRef, ArrayRef)>,
     /// `_unchanged`: the list offsets (starting with 0) and the names.
     unchanged: Slot<i32>,
-    unchanged_names: Bytes,
+    unchanged_names: Utf8,
     /// The memory of the batches handed out, for the next ones.
     recycler: Recycler,
     /// The builders have handed their memory out and get it back at the next row.
@@ -178,18 +178,18 @@ impl ChangeTable {
             before_fields: data_fields(&relation),
             before_kinds: Vec::new(),
             change_kinds: Vec::new(),
-            change_type: Bytes::default(),
+            change_type: Utf8::default(),
             same_change_type: None,
             lsn: Fixed::default(),
             commit_lsn: Fixed::default(),
             tx_ordinal: Fixed::default(),
             commit_ts: Fixed::default(),
             xid: Fixed::default(),
-            before_kind: Bytes::default(),
+            before_kind: Utf8::default(),
             old_images: 0,
             null_before: None,
             unchanged: Slot::offsets(),
-            unchanged_names: Bytes::default(),
+            unchanged_names: Utf8::default(),
             recycler: Recycler::default(),
             refill: false,
             rows: 0,
@@ -283,7 +283,7 @@ impl ChangeTable {
         let (before, before_kind) = self.finish_before(rows)?;
         let change_type = self.finish_change_type()?;
         let recycler = &mut self.recycler;
-        let names = self.unchanged_names.finish_utf8(recycler)?;
+        let names = self.unchanged_names.finish(recycler);
         let offsets = OffsetBuffer::new(ScalarBuffer::new(
             self.unchanged.lend(recycler),
             0,
@@ -362,17 +362,17 @@ impl ChangeTable {
             for kind in kinds.drain(..) {
                 push_name(&mut self.change_type, kind.name());
             }
-            return self.change_type.finish_utf8(&mut self.recycler);
+            return Ok(self.change_type.finish(&mut self.recycler));
         };
         kinds.clear();
         let same = match self.same_change_type.take() {
             Some((k, array)) if k == kind && array.len() >= rows => array,
             _ => {
-                let mut column = Bytes::default();
+                let mut column = Utf8::default();
                 for _ in 0..room(rows) {
                     push_name(&mut column, kind.name());
                 }
-                column.finish_utf8(&mut Recycler::default())?
+                column.finish(&mut Recycler::default())
             }
         };
         let sliced = same.slice(0, rows);
@@ -419,7 +419,7 @@ impl ChangeTable {
             children,
             Some(NullBuffer::new(valid)),
         )?;
-        Ok((Arc::new(before), self.before_kind.finish_utf8(recycler)?))
+        Ok((Arc::new(before), self.before_kind.finish(recycler)))
     }
 }
 
@@ -433,8 +433,8 @@ fn before_kind_name(kind: OldKind) -> &'static str {
 
 /// Appends a name the metadata columns hold (a change kind, a column name): far below
 /// the 2 GiB a column's offsets address in any batch that fits in memory.
-fn push_name(column: &mut Bytes, name: &str) {
-    if let Err(OffsetOverflow) = column.push(name.as_bytes()) {
+fn push_name(column: &mut Utf8, name: &str) {
+    if let Err(OffsetOverflow) = column.push(name) {
         column.push_null();
     }
 }
