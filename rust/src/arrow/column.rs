@@ -17,6 +17,7 @@ use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, TimeUnit};
 
 use super::buffers::{room, Bytes, Fixed, OffsetOverflow, Recycler, Slot, Utf8, Validity};
 use crate::protocol::Datum;
+use crate::values::datetime::PG_EPOCH_MICROS;
 use crate::values::{PgType, Raw, Scalar, ValueError, ValueErrorKind};
 
 /// The Arrow type of a column of PostgreSQL type `oid` with modifier `typmod`.
@@ -271,6 +272,42 @@ impl ColumnBuilder {
             self.append_null();
         }
         result
+    }
+
+    /// The fixed-width binary values of the usual types (int8, float8, bool, timestamp,
+    /// timestamptz), appended in place without the general path's calls; whether it
+    /// appended. Anything else, including a wrong length or an infinite timestamp, is
+    /// left to [`ColumnBuilder::append_raw`], which also reports the error.
+    #[inline(always)]
+    pub fn append_fixed_binary(&mut self, b: &[u8]) -> bool {
+        match (&mut self.kind, self.scalar) {
+            (Kind::Int64(col), Some(Scalar::Int8)) => match b.try_into() {
+                Ok(bytes) => col.push(i64::from_be_bytes(bytes)),
+                Err(_) => return false,
+            },
+            (Kind::Float64(col), _) => match b.try_into() {
+                Ok(bytes) => col.push(f64::from_bits(u64::from_be_bytes(bytes))),
+                Err(_) => return false,
+            },
+            (Kind::Bool(col), _) => match b {
+                // Any non-zero byte is true, as `boolrecv` reads it.
+                &[byte] => col.append_value(byte != 0),
+                _ => return false,
+            },
+            (Kind::Timestamp(col), _) => {
+                let micros = match b.try_into() {
+                    Ok(bytes) => i64::from_be_bytes(bytes),
+                    Err(_) => return false,
+                };
+                // i64::MIN and i64::MAX are the infinities.
+                match micros.checked_add(PG_EPOCH_MICROS) {
+                    Some(m) if micros != i64::MAX && micros != i64::MIN => col.push(m),
+                    _ => return false,
+                }
+            }
+            _ => return false,
+        }
+        true
     }
 
     /// Appends a non-NULL value. On error a scalar has appended nothing; a list has
@@ -534,4 +571,48 @@ fn text_of<'s>(s: Scalar, raw: Raw<'s>, scratch: &'s mut String) -> Result<Text<
         (_, Raw::Text(t)) => t,
     };
     Ok(Text::Str(text))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// The in-place path for fixed-width binary values builds what the general path
+        /// builds from the same bytes, or leaves them to it (errors included).
+        #[test]
+        fn fixed_binary_path_matches_the_general_path(
+            oid in prop_oneof![Just(20_u32), Just(701), Just(16), Just(1114), Just(1184), Just(23), Just(26)],
+            values in proptest::collection::vec(
+                prop_oneof![
+                    proptest::collection::vec(any::<u8>(), 0..10),
+                    any::<i64>().prop_map(|v| v.to_be_bytes().to_vec()),
+                    Just(i64::MAX.to_be_bytes().to_vec()),
+                    Just(i64::MIN.to_be_bytes().to_vec()),
+                    Just((i64::MAX - 5).to_be_bytes().to_vec()),
+                    any::<u8>().prop_map(|b| vec![b]),
+                ],
+                0..20,
+            ),
+        ) {
+            let mut fast = ColumnBuilder::new(oid, -1);
+            let mut general = ColumnBuilder::new(oid, -1);
+            for value in &values {
+                let datum = Datum::Binary(value);
+                let expected = general.append(&datum, true);
+                let got = if fast.append_fixed_binary(value) {
+                    Ok(())
+                } else {
+                    fast.append(&datum, true)
+                };
+                prop_assert_eq!(got.is_ok(), expected.is_ok());
+            }
+            let mut recycler = Recycler::default();
+            let (fast, general) = (fast.finish(&mut recycler), general.finish(&mut recycler));
+            prop_assert!(fast.is_ok());
+            prop_assert_eq!(fast.ok(), general.ok());
+        }
+    }
 }

@@ -226,13 +226,17 @@ impl ChangeTable {
         if self.refill {
             self.refill_builders();
         }
-        let binary = self.binary;
-        let mut failed = append_values(&mut self.columns, new, binary);
+        let append = if self.binary {
+            append_values::<true>
+        } else {
+            append_values::<false>
+        };
+        let mut failed = append(&mut self.columns, new);
         // Most rows have no old image: their `_before` nulls are appended in bulk, when the
         // next row with one comes or at `finish`.
         if let Some((_, values)) = old {
             flush_nulls(&mut self.before, &mut self.before_pending_nulls);
-            let before_failed = append_values(&mut self.before, Some(values), binary);
+            let before_failed = append(&mut self.before, Some(values));
             failed = failed.or(before_failed);
             self.old_images += 1;
         } else {
@@ -442,17 +446,25 @@ fn push_name(column: &mut Utf8, name: &str) {
 /// Appends one entry to each builder: the row's value, or null where the row holds none
 /// (NULL, an unchanged-TOAST marker, no row). After a value that fails (its builder has
 /// appended a null, so the columns stay aligned) the rest are nulls; which one failed.
-fn append_values(
+///
+/// `BINARY` (the stream's format): fixed-width binary values are appended in place first
+/// ([`ColumnBuilder::append_fixed_binary`]); a separate instance, so the text format's
+/// loop stays as it was.
+fn append_values<const BINARY: bool>(
     builders: &mut [ColumnBuilder],
     row: Option<&[Datum<'_>]>,
-    binary: bool,
 ) -> Option<(usize, ValueError)> {
     let row = row.unwrap_or_default();
     let mut failed = None;
     for (i, builder) in builders.iter_mut().enumerate() {
         match row.get(i) {
             Some(d @ (Datum::Text(_) | Datum::Binary(_))) if failed.is_none() => {
-                if let Err(error) = builder.append(d, binary) {
+                if let (true, Datum::Binary(b)) = (BINARY, d) {
+                    if builder.append_fixed_binary(b) {
+                        continue;
+                    }
+                }
+                if let Err(error) = builder.append(d, BINARY) {
                     failed = Some((i, error));
                 }
             }
