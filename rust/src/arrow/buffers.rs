@@ -135,28 +135,32 @@ impl Validity {
         }
     }
 
+    #[inline]
     fn push_bit(&mut self, valid: bool) {
         if !self.has_nulls {
             self.materialise();
         }
-        if self.len % 8 == 0 {
-            self.bits.values.push(0);
-        }
-        if valid {
-            if let Some(byte) = self.bits.values.last_mut() {
-                *byte |= 1 << (self.len % 8);
-            }
+        let bit = self.len % 8;
+        if bit == 0 {
+            self.bits.values.push(u8::from(valid));
+        } else if let Some(byte) = self.bits.values.last_mut() {
+            *byte |= u8::from(valid) << bit;
         }
         self.len += 1;
     }
 
     pub fn push_n(&mut self, n: usize, valid: bool) {
+        if valid && !self.has_nulls {
+            self.len += n;
+            return;
+        }
         for _ in 0..n {
-            self.push(valid);
+            self.push_bit(valid);
         }
     }
 
     /// Writes the all-valid prefix out as bits.
+    #[cold]
     fn materialise(&mut self) {
         self.has_nulls = true;
         let bits = &mut self.bits.values;
@@ -214,10 +218,15 @@ impl<T: ArrowNativeType> Fixed<T> {
         self.push_option(None);
     }
 
-    pub fn push_nulls(&mut self, n: usize) {
+    /// `n` times the same value (or null).
+    pub fn push_option_n(&mut self, value: Option<T>, n: usize) {
         let values = &mut self.values.values;
-        values.resize(values.len().saturating_add(n), T::default());
-        self.valid.push_n(n, false);
+        values.resize(values.len().saturating_add(n), value.unwrap_or_default());
+        self.valid.push_n(n, value.is_some());
+    }
+
+    pub fn push_nulls(&mut self, n: usize) {
+        self.push_option_n(None, n);
     }
 
     pub fn len(&self) -> usize {
