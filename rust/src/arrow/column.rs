@@ -18,7 +18,7 @@ use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, TimeUnit};
 use super::buffers::{room, Bytes, Fixed, OffsetOverflow, Recycler, Slot, Utf8, Validity};
 use crate::protocol::Datum;
 use crate::values::datetime::PG_EPOCH_MICROS;
-use crate::values::{PgType, Raw, Scalar, ValueError, ValueErrorKind};
+use crate::values::{uuid, PgType, Raw, Scalar, ValueError, ValueErrorKind};
 
 /// The Arrow type of a column of PostgreSQL type `oid` with modifier `typmod`.
 pub fn arrow_type(oid: u32, typmod: i32) -> DataType {
@@ -362,13 +362,18 @@ impl ColumnBuilder {
             Kind::Utf8(b) => {
                 let text = match scalar {
                     // The canonical text, in a buffer of its own: ASCII.
-                    Some(Scalar::Uuid) => {
-                        let uuid = raw.uuid()?;
-                        match b.push_ascii(uuid.as_bytes()) {
-                            Ok(false) => b.push(uuid.as_str()),
-                            pushed => pushed.map(drop),
+                    Some(Scalar::Uuid) => match raw {
+                        // As PostgreSQL prints it: stored as it is.
+                        Raw::Text(t) if uuid::is_canonical(t) => b.push(t),
+                        // Otherwise the canonical text, in a buffer of its own: ASCII.
+                        _ => {
+                            let uuid = raw.uuid()?;
+                            match b.push_ascii(uuid.as_bytes()) {
+                                Ok(false) => b.push(uuid.as_str()),
+                                pushed => pushed.map(drop),
+                            }
                         }
-                    }
+                    },
                     Some(s) => match text_of(s, raw, scratch)? {
                         Text::Str(text) => b.push(text),
                         Text::Unchecked(bytes, type_name) => match b.push_ascii(bytes) {
