@@ -310,27 +310,29 @@ fn parse_any_timestamp(s: &str, with_zone: bool, ty: &'static str) -> Result<i64
 /// microseconds as [`parse_timestamp`] otherwise.
 fn usual_timestamp(b: &[u8], with_zone: bool) -> Option<i64> {
     let (head, mut rest) = b.split_first_chunk::<19>()?;
-    let [y0, y1, y2, y3, dash1, mo0, mo1, dash2, d0, d1, space, h0, h1, colon1, mi0, mi1, colon2, s0, s1] =
-        head.map(|c| c.wrapping_sub(b'0'));
-    // Separators, shifted like the digits ('-' - '0' wraps, and so on).
-    let sep = |c: u8| c.wrapping_sub(b'0');
-    if (dash1, dash2, space, colon1, colon2)
-        != (sep(b'-'), sep(b'-'), sep(b' '), sep(b':'), sep(b':'))
-    {
+    let (date, time) = head.split_first_chunk::<8>()?;
+    let (time, seconds) = time.split_first_chunk::<8>()?;
+    // Two words XORed with the form they should have: digits become 0 to 9, the
+    // separators 0; a word is right when its separator bytes are 0 and no byte is above
+    // 9 (adding 0x76 sets the high bit of a byte above 9; a byte from 0x80 has it).
+    let date = u64::from_le_bytes(*date) ^ u64::from_le_bytes(*b"0000-00-");
+    let time = u64::from_le_bytes(*time) ^ u64::from_le_bytes(*b"00 00:00");
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let digits_only = |w: u64| (w | w.wrapping_add(0x7676_7676_7676_7676)) & HIGH == 0;
+    let separators = (date & 0xff00_00ff_0000_0000) | (time & 0x0000_ff00_00ff_0000);
+    if separators != 0 || !digits_only(date) || !digits_only(time) {
         return None;
     }
-    // Every other byte a digit: no shifted byte above 9 (checked once, for all of them).
-    if [y0, y1, y2, y3, mo0, mo1, d0, d1, h0, h1, mi0, mi1, s0, s1]
-        .iter()
-        .fold(0, |acc, &d| acc | u8::from(d > 9))
-        != 0
-    {
-        return None;
-    }
-    let two = |hi: u8, lo: u8| i64::from(hi) * 10 + i64::from(lo);
-    let year = two(y0, y1) * 100 + two(y2, y3);
-    let (month, day) = (two(mo0, mo1), two(d0, d1));
-    let (hour, minute, second) = (two(h0, h1), two(mi0, mi1), two(s0, s1));
+    // The digit in byte `i` of a word.
+    let at = |w: u64, i: u32| i64::from((w >> (8 * i)) as u8);
+    let two = |w: u64, i: u32| at(w, i) * 10 + at(w, i + 1);
+    let year = two(date, 0) * 100 + two(date, 2);
+    let (month, day) = (two(date, 5), two(time, 0));
+    let (hour, minute) = (two(time, 3), two(time, 6));
+    let second = match *seconds {
+        [b':', s0, s1] => two_digits(s0, s1)?,
+        _ => return None,
+    };
     let month = u32::try_from(month).ok().filter(|m| (1..=12).contains(m))?;
     let day = u32::try_from(day).ok()?;
     if year == 0 || day == 0 || day > days_in_month(year, month) {
@@ -525,6 +527,26 @@ mod usual_form_tests {
         ) {
             if let Some(micros) = usual_timestamp(s.as_bytes(), with_zone) {
                 prop_assert_eq!(Ok(micros), parse_any_timestamp(&s, with_zone, "timestamp"));
+            }
+        }
+
+        /// The same after any one character of a usual timestamp is replaced by another.
+        #[test]
+        fn damaged_timestamps_read_like_any_timestamp(
+            s in "[12][0-9]{3}-[01][0-9]-[0-3][0-9] [0-2][0-9]:[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?[+-][01][0-9]",
+            c in prop_oneof![any::<char>(), "[ -@T]".prop_map(|s| s.chars().next().unwrap_or('0'))],
+            with_zone in any::<bool>(),
+        ) {
+            let chars: Vec<char> = s.chars().collect();
+            for i in 0..chars.len() {
+                let mut damaged = chars.clone();
+                if let Some(slot) = damaged.get_mut(i) {
+                    *slot = c;
+                }
+                let s: String = damaged.into_iter().collect();
+                if let Some(micros) = usual_timestamp(s.as_bytes(), with_zone) {
+                    prop_assert_eq!(Ok(micros), parse_any_timestamp(&s, with_zone, "timestamp"));
+                }
             }
         }
     }

@@ -80,6 +80,18 @@ const POW10: [u128; 39] = [
     100000000000000000000000000000000000000,
 ];
 
+/// 10^0 to 10^19, the powers of ten a u64 holds.
+#[allow(clippy::indexing_slicing)] // constant evaluation: out of range would not compile
+const POW10_U64: [u64; 20] = {
+    let mut table = [1u64; 20];
+    let mut i = 1;
+    while i < 20 {
+        table[i] = table[i - 1] * 10;
+        i += 1;
+    }
+    table
+};
+
 /// Collects decimal digits, most significant first, into an unscaled magnitude at a
 /// fixed scale, refusing to round or overflow.
 struct Unscaled {
@@ -425,12 +437,7 @@ fn binary_to_decimal_fast(b: &[u8], spec: Decimal128Spec) -> Option<i128> {
         }
         n = n * u64::from(NBASE) + u64::from(d);
     }
-    let pow10 = |e: i32| -> Option<u64> {
-        usize::try_from(e)
-            .ok()
-            .and_then(|e| POW10.get(e))
-            .and_then(|&p| u64::try_from(p).ok())
-    };
+    let pow10 = |e: i32| -> Option<u64> { POW10_U64.get(usize::try_from(e).ok()?).copied() };
     // Power of ten of the last digit's units, counted from 10^-dscale.
     let exp = 4 * (weight - i32::from(ndigits) + 1) + dscale;
     let at_dscale = if exp >= 0 {
@@ -573,6 +580,9 @@ mod fast_path_tests {
     fn pow10_table() {
         for (i, p) in (0_u32..).zip(POW10) {
             assert_eq!(p, 10_u128.pow(i));
+        }
+        for (i, p) in (0_u32..).zip(POW10_U64) {
+            assert_eq!(p, 10_u64.pow(i));
         }
     }
 
