@@ -38,7 +38,7 @@ fn err(kind: ValueErrorKind) -> ValueError {
 /// 10^0 to 10^38.
 #[rustfmt::skip]
 #[allow(clippy::unreadable_literal)]
-const POW10: [u128; 39] = [
+pub(crate) const POW10: [u128; 39] = [
     1,
     10,
     100,
