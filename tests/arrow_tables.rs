@@ -134,3 +134,76 @@ fn text_and_binary_captures_give_equal_values() {
         }
     }
 }
+
+/// The metadata columns of every row are its event's: `_lsn`, `_commit_lsn`,
+/// `_tx_ordinal`, `_commit_ts` (moved to the Unix epoch) and `_xid`, whatever the
+/// transactions and batches the rows come in.
+#[test]
+fn metadata_columns_are_the_events() {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int64Type, TimestampMicrosecondType};
+    const PG_EPOCH_OFFSET_MICROS: i64 = 946_684_800_000_000;
+    type Meta = (i64, Option<i64>, i64, Option<i64>, Option<i64>);
+    let mut compared = 0;
+    for c in common::captures() {
+        let (events, segments, rejected) = decode(&c);
+        let mut expected: HashMap<String, Vec<Meta>> = HashMap::new();
+        for e in &events {
+            let m = &e.meta;
+            let meta = (
+                m.start_lsn as i64,
+                m.commit_lsn.map(|l| l as i64),
+                m.tx_ordinal as i64,
+                m.commit_timestamp.map(|t| t + PG_EPOCH_OFFSET_MICROS),
+                m.xid.map(i64::from),
+            );
+            let tables: Vec<&str> = match &e.body {
+                EventBody::Insert { relation, .. }
+                | EventBody::Update { relation, .. }
+                | EventBody::Delete { relation, .. } => vec![&relation.qualified_name],
+                EventBody::Truncate { relations, .. } => relations
+                    .iter()
+                    .map(|r| r.qualified_name.as_str())
+                    .collect(),
+                _ => vec![],
+            };
+            for t in tables {
+                expected.entry(t.to_owned()).or_default().push(meta);
+            }
+        }
+        let mut got: HashMap<String, Vec<Meta>> = HashMap::new();
+        for s in &segments {
+            let b = &s.batch;
+            let int = |name: &str| b.column_by_name(name).unwrap().as_primitive::<Int64Type>();
+            let (lsn, commit_lsn, ordinal, xid) = (
+                int("_lsn"),
+                int("_commit_lsn"),
+                int("_tx_ordinal"),
+                int("_xid"),
+            );
+            let ts = b
+                .column_by_name("_commit_ts")
+                .unwrap()
+                .as_primitive::<TimestampMicrosecondType>();
+            let rows = got.entry(s.table.clone()).or_default();
+            for i in 0..b.num_rows() {
+                rows.push((
+                    lsn.value(i),
+                    commit_lsn.is_valid(i).then(|| commit_lsn.value(i)),
+                    ordinal.value(i),
+                    ts.is_valid(i).then(|| ts.value(i)),
+                    xid.is_valid(i).then(|| xid.value(i)),
+                ));
+            }
+        }
+        for (table, rows) in &expected {
+            // Rejected rows are left out of the table: nothing to line up there.
+            if rejected.contains_key(table) {
+                continue;
+            }
+            assert_eq!(got.get(table), Some(rows), "{} {table}", c.path.display());
+            compared += rows.len();
+        }
+    }
+    assert!(compared > 100, "{compared} rows compared");
+}

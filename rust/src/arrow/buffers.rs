@@ -13,8 +13,10 @@
 
 use std::sync::Arc;
 
-use arrow_array::types::{ByteArrayType, GenericBinaryType, GenericStringType};
-use arrow_array::{ArrayRef, ArrowPrimitiveType, GenericByteArray, PrimitiveArray};
+use arrow_array::types::GenericBinaryType;
+use arrow_array::{
+    ArrayRef, ArrowPrimitiveType, GenericByteArray, GenericStringArray, PrimitiveArray,
+};
 use arrow_buffer::{
     ArrowNativeType, BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer,
 };
@@ -133,28 +135,32 @@ impl Validity {
         }
     }
 
+    #[inline]
     fn push_bit(&mut self, valid: bool) {
         if !self.has_nulls {
             self.materialise();
         }
-        if self.len % 8 == 0 {
-            self.bits.values.push(0);
-        }
-        if valid {
-            if let Some(byte) = self.bits.values.last_mut() {
-                *byte |= 1 << (self.len % 8);
-            }
+        let bit = self.len % 8;
+        if bit == 0 {
+            self.bits.values.push(u8::from(valid));
+        } else if let Some(byte) = self.bits.values.last_mut() {
+            *byte |= u8::from(valid) << bit;
         }
         self.len += 1;
     }
 
     pub fn push_n(&mut self, n: usize, valid: bool) {
+        if valid && !self.has_nulls {
+            self.len += n;
+            return;
+        }
         for _ in 0..n {
-            self.push(valid);
+            self.push_bit(valid);
         }
     }
 
     /// Writes the all-valid prefix out as bits.
+    #[cold]
     fn materialise(&mut self) {
         self.has_nulls = true;
         let bits = &mut self.bits.values;
@@ -212,10 +218,15 @@ impl<T: ArrowNativeType> Fixed<T> {
         self.push_option(None);
     }
 
-    pub fn push_nulls(&mut self, n: usize) {
+    /// `n` times the same value (or null).
+    pub fn push_option_n(&mut self, value: Option<T>, n: usize) {
         let values = &mut self.values.values;
-        values.resize(values.len().saturating_add(n), T::default());
-        self.valid.push_n(n, false);
+        values.resize(values.len().saturating_add(n), value.unwrap_or_default());
+        self.valid.push_n(n, value.is_some());
+    }
+
+    pub fn push_nulls(&mut self, n: usize) {
+        self.push_option_n(None, n);
     }
 
     pub fn len(&self) -> usize {
@@ -316,25 +327,88 @@ impl Bytes {
         (offsets, self.data.lend(recycler), nulls)
     }
 
-    /// The strings so far; the column starts empty again. Every value pushed was a `str`,
-    /// so the check Arrow makes here does not fail.
-    pub fn finish_utf8(&mut self, recycler: &mut Recycler) -> Result<ArrayRef, ArrowError> {
-        self.finish_as::<GenericStringType<i32>>(recycler)
-    }
-
     /// The byte strings so far; the column starts empty again.
     pub fn finish_binary(&mut self, recycler: &mut Recycler) -> Result<ArrayRef, ArrowError> {
-        self.finish_as::<GenericBinaryType<i32>>(recycler)
+        let (offsets, data, nulls) = self.finish_parts(recycler);
+        Ok(Arc::new(
+            GenericByteArray::<GenericBinaryType<i32>>::try_new(offsets, data, nulls)?,
+        ))
+    }
+}
+
+/// Whether every byte is below 128: words ORed together (no early exit, the compiler
+/// makes wide instructions of it), then the last few bytes.
+#[inline]
+fn is_ascii(bytes: &[u8]) -> bool {
+    let mut words = bytes.chunks_exact(8);
+    let mut acc = 0u64;
+    for word in &mut words {
+        acc |= word.try_into().map_or(u64::MAX, u64::from_ne_bytes);
+    }
+    let tail = words.remainder().iter().fold(0u8, |acc, &b| acc | b);
+    acc & 0x8080_8080_8080_8080 == 0 && tail < 0x80
+}
+
+/// A column of strings: [`Bytes`] that only ever receives `str`s and bytes it has checked
+/// to be ASCII, so the finished array needs no second UTF-8 check.
+#[derive(Default)]
+pub struct Utf8(Bytes);
+
+impl Utf8 {
+    #[inline]
+    pub fn push(&mut self, value: &str) -> Result<(), OffsetOverflow> {
+        self.0.push(value.as_bytes())
     }
 
-    fn finish_as<B: ByteArrayType<Offset = i32>>(
-        &mut self,
-        recycler: &mut Recycler,
-    ) -> Result<ArrayRef, ArrowError> {
-        let (offsets, data, nulls) = self.finish_parts(recycler);
-        Ok(Arc::new(GenericByteArray::<B>::try_new(
-            offsets, data, nulls,
-        )?))
+    /// Pushes `value` when it is ASCII (so UTF-8): binary-format text, usually ASCII, is
+    /// much cheaper to recognise as such than as UTF-8. `Ok(false)`: it is not, nothing
+    /// was pushed.
+    #[inline]
+    pub fn push_ascii(&mut self, value: &[u8]) -> Result<bool, OffsetOverflow> {
+        if !is_ascii(value) {
+            return Ok(false);
+        }
+        self.0.push(value).map(|()| true)
+    }
+
+    #[inline]
+    pub fn push_null(&mut self) {
+        self.0.push_null();
+    }
+
+    pub fn push_nulls(&mut self, n: usize) {
+        self.0.push_nulls(n);
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn refill(&mut self, recycler: &mut Recycler) {
+        self.0.refill(recycler);
+    }
+
+    /// The strings so far; the column starts empty again.
+    pub fn finish(&mut self, recycler: &mut Recycler) -> ArrayRef {
+        let (offsets, data, nulls) = self.0.finish_parts(recycler);
+        // Debug builds (the tests) make the check Arrow would make.
+        debug_assert!(GenericStringArray::<i32>::try_new(
+            offsets.clone(),
+            data.clone(),
+            nulls.clone()
+        )
+        .is_ok());
+        // SAFETY: what `GenericStringArray::new_unchecked` asks of its arguments holds by
+        // construction. `Bytes` keeps its offsets and data private and changes them only in
+        // `push`, `push_null(s)` and `finish_parts`: the offsets start at 0, each push adds
+        // the end of the data after appending to it (never decreasing, at most `i32::MAX`,
+        // checked), and the last offset is the data's length. `nulls`, when present, has
+        // one entry per offset after the first (every push and push_null adds one to each).
+        // `Utf8` hands `Bytes` nothing but whole `str`s and byte strings it has just
+        // checked to be ASCII (`push_ascii`), so the data is a concatenation of UTF-8
+        // strings, itself UTF-8, and every offset (an end of one of those strings) is at a
+        // char boundary.
+        Arc::new(unsafe { GenericStringArray::<i32>::new_unchecked(offsets, data, nulls) })
     }
 }
 
@@ -394,6 +468,48 @@ mod tests {
             expected(4000, 1000)
         );
         assert_eq!(kept.null_count(), 333);
+    }
+
+    #[test]
+    fn ascii_check_finds_every_high_byte() {
+        for len in 0..40 {
+            let mut bytes = vec![b'a'; len];
+            assert!(is_ascii(&bytes));
+            for i in 0..len {
+                for high in [0x80, 0xc3, 0xff] {
+                    let mut high_at_i = bytes.clone();
+                    high_at_i.insert(i, high);
+                    assert!(!is_ascii(&high_at_i), "{len} {i}");
+                    bytes.insert(i, 0x7f);
+                    assert!(is_ascii(&bytes), "{len} {i}");
+                    bytes.remove(i);
+                }
+            }
+        }
+    }
+
+    /// Strings and ASCII bytes go in, anything else is refused: the array finishes as
+    /// what was pushed.
+    #[test]
+    fn utf8_columns_hold_what_was_pushed() {
+        let mut recycler = Recycler::default();
+        let mut col = Utf8::default();
+        for round in 0..3 {
+            recycler.begin();
+            col.refill(&mut recycler);
+            recycler.end();
+            assert!(col.push("é☃").is_ok());
+            assert!(matches!(col.push_ascii(b"plain"), Ok(true)));
+            assert!(matches!(col.push_ascii("é".as_bytes()), Ok(false)));
+            assert!(matches!(col.push_ascii(&[b'x', 0xff]), Ok(false)));
+            col.push_null();
+            col.push_nulls(round);
+            let array = col.finish(&mut recycler);
+            let strings = array.as_string::<i32>();
+            let mut expected = vec![Some("é☃"), Some("plain"), None];
+            expected.extend(std::iter::repeat(None).take(round));
+            assert_eq!(strings.iter().collect::<Vec<_>>(), expected);
+        }
     }
 
     #[test]

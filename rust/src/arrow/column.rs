@@ -15,9 +15,10 @@ use arrow_array::{ArrayRef, ListArray, StructArray};
 use arrow_buffer::{OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, TimeUnit};
 
-use super::buffers::{room, Bytes, Fixed, OffsetOverflow, Recycler, Slot, Validity};
+use super::buffers::{room, Bytes, Fixed, OffsetOverflow, Recycler, Slot, Utf8, Validity};
 use crate::protocol::Datum;
-use crate::values::{PgType, Raw, Scalar, ValueError, ValueErrorKind};
+use crate::values::datetime::PG_EPOCH_MICROS;
+use crate::values::{uuid, PgType, Raw, Scalar, ValueError, ValueErrorKind};
 
 /// The Arrow type of a column of PostgreSQL type `oid` with modifier `typmod`.
 pub fn arrow_type(oid: u32, typmod: i32) -> DataType {
@@ -173,7 +174,7 @@ enum Kind {
     Float32(Fixed<f32>),
     Float64(Fixed<f64>),
     Decimal(Fixed<i128>, crate::values::Decimal128Spec),
-    Utf8(Bytes),
+    Utf8(Utf8),
     Binary(Bytes),
     Date32(Fixed<i32>),
     Time64(Fixed<i64>),
@@ -217,7 +218,7 @@ impl ColumnBuilder {
             PgType::Unknown(_) => Self {
                 scalar: None,
                 data_type: DataType::Utf8,
-                kind: Kind::Utf8(Bytes::default()),
+                kind: Kind::Utf8(Utf8::default()),
                 scratch: String::new(),
                 bytes: Vec::new(),
             },
@@ -242,7 +243,7 @@ impl ColumnBuilder {
             DataType::Time64(_) => Kind::Time64(Fixed::default()),
             DataType::Timestamp(..) => Kind::Timestamp(Fixed::default()),
             DataType::Struct(_) => Kind::Interval(IntervalParts::default()),
-            _ => Kind::Utf8(Bytes::default()),
+            _ => Kind::Utf8(Utf8::default()),
         };
         Self {
             scalar: Some(s),
@@ -271,6 +272,42 @@ impl ColumnBuilder {
             self.append_null();
         }
         result
+    }
+
+    /// The fixed-width binary values of the usual types (int8, float8, bool, timestamp,
+    /// timestamptz), appended in place without the general path's calls; whether it
+    /// appended. Anything else, including a wrong length or an infinite timestamp, is
+    /// left to [`ColumnBuilder::append_raw`], which also reports the error.
+    #[inline(always)]
+    pub fn append_fixed_binary(&mut self, b: &[u8]) -> bool {
+        match (&mut self.kind, self.scalar) {
+            (Kind::Int64(col), Some(Scalar::Int8)) => match b.try_into() {
+                Ok(bytes) => col.push(i64::from_be_bytes(bytes)),
+                Err(_) => return false,
+            },
+            (Kind::Float64(col), _) => match b.try_into() {
+                Ok(bytes) => col.push(f64::from_bits(u64::from_be_bytes(bytes))),
+                Err(_) => return false,
+            },
+            (Kind::Bool(col), _) => match b {
+                // Any non-zero byte is true, as `boolrecv` reads it.
+                &[byte] => col.append_value(byte != 0),
+                _ => return false,
+            },
+            (Kind::Timestamp(col), _) => {
+                let micros = match b.try_into() {
+                    Ok(bytes) => i64::from_be_bytes(bytes),
+                    Err(_) => return false,
+                };
+                // i64::MIN and i64::MAX are the infinities.
+                match micros.checked_add(PG_EPOCH_MICROS) {
+                    Some(m) if micros != i64::MAX && micros != i64::MIN => col.push(m),
+                    _ => return false,
+                }
+            }
+            _ => return false,
+        }
+        true
     }
 
     /// Appends a non-NULL value. On error a scalar has appended nothing; a list has
@@ -324,12 +361,29 @@ impl ColumnBuilder {
             }
             Kind::Utf8(b) => {
                 let text = match scalar {
-                    // The canonical text, in a buffer of its own (no `str` made of it).
-                    Some(Scalar::Uuid) => b.push(raw.uuid()?.as_bytes()),
-                    Some(s) => b.push(text_of(s, raw, scratch)?),
+                    // The canonical text, in a buffer of its own: ASCII.
+                    Some(Scalar::Uuid) => match raw {
+                        // As PostgreSQL prints it: stored as it is.
+                        Raw::Text(t) if uuid::is_canonical(t) => b.push(t),
+                        // Otherwise the canonical text, in a buffer of its own: ASCII.
+                        _ => {
+                            let uuid = raw.uuid()?;
+                            match b.push_ascii(uuid.as_bytes()) {
+                                Ok(false) => b.push(uuid.as_str()),
+                                pushed => pushed.map(drop),
+                            }
+                        }
+                    },
+                    Some(s) => match text_of(s, raw, scratch)? {
+                        Text::Str(text) => b.push(text),
+                        Text::Unchecked(bytes, type_name) => match b.push_ascii(bytes) {
+                            Ok(false) => b.push(crate::values::binary::text(bytes, type_name)?),
+                            pushed => pushed.map(drop),
+                        },
+                    },
                     // A type this layer does not know: its text form, as the contract asks.
                     None => match raw {
-                        Raw::Text(s) => b.push(s.as_bytes()),
+                        Raw::Text(s) => b.push(s),
                         Raw::Binary(_) => {
                             return Err(ValueError::new("user type", ValueErrorKind::Unsupported))
                         }
@@ -351,7 +405,8 @@ impl ColumnBuilder {
             Kind::Float32(b) => b.push_nulls(n),
             Kind::Float64(b) => b.push_nulls(n),
             Kind::Decimal(b, _) => b.push_nulls(n),
-            Kind::Utf8(b) | Kind::Binary(b) => b.push_nulls(n),
+            Kind::Utf8(b) => b.push_nulls(n),
+            Kind::Binary(b) => b.push_nulls(n),
             Kind::Interval(_) | Kind::List(_) => {
                 for _ in 0..n {
                     self.append_null();
@@ -369,7 +424,8 @@ impl ColumnBuilder {
             Kind::Float32(b) => b.push_null(),
             Kind::Float64(b) => b.push_null(),
             Kind::Decimal(b, _) => b.push_null(),
-            Kind::Utf8(b) | Kind::Binary(b) => b.push_null(),
+            Kind::Utf8(b) => b.push_null(),
+            Kind::Binary(b) => b.push_null(),
             Kind::Interval(p) => {
                 p.months.push(0);
                 p.days.push(0);
@@ -394,7 +450,8 @@ impl ColumnBuilder {
             Kind::Float32(b) => b.refill(recycler),
             Kind::Float64(b) => b.refill(recycler),
             Kind::Decimal(b, _) => b.refill(recycler),
-            Kind::Utf8(b) | Kind::Binary(b) => b.refill(recycler),
+            Kind::Utf8(b) => b.refill(recycler),
+            Kind::Binary(b) => b.refill(recycler),
             Kind::Interval(p) => {
                 p.months.refill(recycler);
                 p.days.refill(recycler);
@@ -420,7 +477,8 @@ impl ColumnBuilder {
             Kind::Float32(b) => b.len(),
             Kind::Float64(b) => b.len(),
             Kind::Decimal(b, _) => b.len(),
-            Kind::Utf8(b) | Kind::Binary(b) => b.len(),
+            Kind::Utf8(b) => b.len(),
+            Kind::Binary(b) => b.len(),
             Kind::Interval(p) => p.valid.len(),
             Kind::List(list) => list.valid.len(),
         }
@@ -443,7 +501,7 @@ impl ColumnBuilder {
             Kind::Float32(b) => b.finish::<Float32Type>(dt, recycler),
             Kind::Float64(b) => b.finish::<Float64Type>(dt, recycler),
             Kind::Decimal(b, _) => b.finish::<Decimal128Type>(dt, recycler),
-            Kind::Utf8(b) => b.finish_utf8(recycler)?,
+            Kind::Utf8(b) => b.finish(recycler),
             Kind::Binary(b) => b.finish_binary(recycler)?,
             Kind::Date32(b) => b.finish::<Date32Type>(dt, recycler),
             Kind::Time64(b) => b.finish::<Time64MicrosecondType>(dt, recycler),
@@ -488,22 +546,78 @@ fn overflow(type_name: &'static str) -> ValueError {
     ValueError::new(type_name, ValueErrorKind::OutOfRange)
 }
 
-/// The string form of a value of a type represented as Arrow string, as bytes checked to
-/// be UTF-8 (the column checks its whole buffer again when it is finished).
-fn text_of<'s>(s: Scalar, raw: Raw<'s>, scratch: &'s mut String) -> Result<&'s [u8], ValueError> {
-    let text = match s {
-        Scalar::Jsonb => return raw.jsonb_bytes(),
-        Scalar::Numeric(_) => raw.numeric_str(scratch),
-        Scalar::TimeTz => raw.timetz(scratch),
-        Scalar::Inet => raw.inet(scratch),
-        Scalar::Cidr => raw.cidr(scratch),
-        Scalar::MacAddr => raw.macaddr(scratch),
-        Scalar::MacAddr8 => raw.macaddr8(scratch),
-        Scalar::Money => raw.money(scratch),
-        Scalar::TsVector => raw.tsvector(scratch),
-        Scalar::Range(t) => raw.range(t, scratch),
-        Scalar::Multirange(t) => raw.multirange(t, scratch),
-        other => return raw.text_bytes(other.name()),
+/// The string form of a value of a type represented as Arrow string.
+enum Text<'s> {
+    Str(&'s str),
+    /// Binary-format text (the type named), not yet checked to be UTF-8.
+    Unchecked(&'s [u8], &'static str),
+}
+
+fn text_of<'s>(s: Scalar, raw: Raw<'s>, scratch: &'s mut String) -> Result<Text<'s>, ValueError> {
+    let text = match (s, raw) {
+        (Scalar::Jsonb, Raw::Binary(b)) => {
+            return Ok(Text::Unchecked(
+                crate::values::binary::jsonb_json(b)?,
+                "jsonb",
+            ))
+        }
+        (Scalar::Jsonb, Raw::Text(t)) => t,
+        (Scalar::Numeric(_), _) => raw.numeric_str(scratch)?,
+        (Scalar::TimeTz, _) => raw.timetz(scratch)?,
+        (Scalar::Inet, _) => raw.inet(scratch)?,
+        (Scalar::Cidr, _) => raw.cidr(scratch)?,
+        (Scalar::MacAddr, _) => raw.macaddr(scratch)?,
+        (Scalar::MacAddr8, _) => raw.macaddr8(scratch)?,
+        (Scalar::Money, _) => raw.money(scratch)?,
+        (Scalar::TsVector, _) => raw.tsvector(scratch)?,
+        (Scalar::Range(t), _) => raw.range(t, scratch)?,
+        (Scalar::Multirange(t), _) => raw.multirange(t, scratch)?,
+        (other, Raw::Binary(b)) => return Ok(Text::Unchecked(b, other.name())),
+        (_, Raw::Text(t)) => t,
     };
-    text.map(str::as_bytes)
+    Ok(Text::Str(text))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// The in-place path for fixed-width binary values builds what the general path
+        /// builds from the same bytes, or leaves them to it (errors included).
+        #[test]
+        fn fixed_binary_path_matches_the_general_path(
+            oid in prop_oneof![Just(20_u32), Just(701), Just(16), Just(1114), Just(1184), Just(23), Just(26)],
+            values in proptest::collection::vec(
+                prop_oneof![
+                    proptest::collection::vec(any::<u8>(), 0..10),
+                    any::<i64>().prop_map(|v| v.to_be_bytes().to_vec()),
+                    Just(i64::MAX.to_be_bytes().to_vec()),
+                    Just(i64::MIN.to_be_bytes().to_vec()),
+                    Just((i64::MAX - 5).to_be_bytes().to_vec()),
+                    any::<u8>().prop_map(|b| vec![b]),
+                ],
+                0..20,
+            ),
+        ) {
+            let mut fast = ColumnBuilder::new(oid, -1);
+            let mut general = ColumnBuilder::new(oid, -1);
+            for value in &values {
+                let datum = Datum::Binary(value);
+                let expected = general.append(&datum, true);
+                let got = if fast.append_fixed_binary(value) {
+                    Ok(())
+                } else {
+                    fast.append(&datum, true)
+                };
+                prop_assert_eq!(got.is_ok(), expected.is_ok());
+            }
+            let mut recycler = Recycler::default();
+            let (fast, general) = (fast.finish(&mut recycler), general.finish(&mut recycler));
+            prop_assert!(fast.is_ok());
+            prop_assert_eq!(fast.ok(), general.ok());
+        }
+    }
 }

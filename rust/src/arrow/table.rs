@@ -8,7 +8,7 @@ use arrow_array::{new_null_array, ArrayRef, BooleanArray, ListArray, RecordBatch
 use arrow_buffer::{BooleanBuffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 
-use super::buffers::{room, Bytes, Fixed, OffsetOverflow, Recycler, Slot};
+use super::buffers::{room, Fixed, OffsetOverflow, Recycler, Slot, Utf8};
 use super::column::{arrow_type, ColumnBuilder};
 use crate::protocol::{Datum, Lsn, OldKind, PgTimestamp};
 use crate::relation::Relation;
@@ -114,6 +114,14 @@ pub fn change_table_schema(relation: &Relation) -> SchemaRef {
     ))
 }
 
+/// A row's `_commit_lsn`, `_commit_ts` and `_xid`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TxColumns {
+    commit_lsn: Option<i64>,
+    commit_ts: Option<i64>,
+    xid: Option<i64>,
+}
+
 /// A value that could not be appended, with the column it belongs to.
 #[derive(Debug)]
 pub struct ColumnError {
@@ -133,23 +141,26 @@ pub struct ChangeTable {
     before_kinds: Vec<Option<OldKind>>,
     /// Each row's change kind, turned into `_change_type` at `finish`.
     change_kinds: Vec<ChangeKind>,
-    change_type: Bytes,
+    change_type: Utf8,
     /// A `_change_type` column of one kind, shared by the batches whose rows are all of
     /// that kind (sliced to length).
     same_change_type: Option<(ChangeKind, ArrayRef)>,
     lsn: Fixed<i64>,
     commit_lsn: Fixed<i64>,
+    /// `_commit_lsn`, `_commit_ts` and `_xid` of the last rows, not yet appended: the same
+    /// for every row of a transaction, so they go in a run at a time.
+    pending_tx: Option<(TxColumns, usize)>,
     tx_ordinal: Fixed<i64>,
     commit_ts: Fixed<i64>,
     xid: Fixed<i64>,
-    before_kind: Bytes,
+    before_kind: Utf8,
     /// Rows with an old image since the last `finish`.
     old_images: usize,
     /// All-null `_before` and `_before_kind` columns, shared by batches without old images.
     null_before: Option<(ArrayRef, ArrayRef)>,
     /// `_unchanged`: the list offsets (starting with 0) and the names.
     unchanged: Slot<i32>,
-    unchanged_names: Bytes,
+    unchanged_names: Utf8,
     /// The memory of the batches handed out, for the next ones.
     recycler: Recycler,
     /// The builders have handed their memory out and get it back at the next row.
@@ -178,18 +189,19 @@ impl ChangeTable {
             before_fields: data_fields(&relation),
             before_kinds: Vec::new(),
             change_kinds: Vec::new(),
-            change_type: Bytes::default(),
+            change_type: Utf8::default(),
             same_change_type: None,
             lsn: Fixed::default(),
             commit_lsn: Fixed::default(),
+            pending_tx: None,
             tx_ordinal: Fixed::default(),
             commit_ts: Fixed::default(),
             xid: Fixed::default(),
-            before_kind: Bytes::default(),
+            before_kind: Utf8::default(),
             old_images: 0,
             null_before: None,
             unchanged: Slot::offsets(),
-            unchanged_names: Bytes::default(),
+            unchanged_names: Utf8::default(),
             recycler: Recycler::default(),
             refill: false,
             rows: 0,
@@ -226,39 +238,55 @@ impl ChangeTable {
         if self.refill {
             self.refill_builders();
         }
-        let binary = self.binary;
-        let mut failed = append_values(&mut self.columns, new, binary);
+        let append = if self.binary {
+            append_values::<true>
+        } else {
+            append_values::<false>
+        };
+        let (mut failed, unchanged) = append(&mut self.columns, new);
         // Most rows have no old image: their `_before` nulls are appended in bulk, when the
         // next row with one comes or at `finish`.
         if let Some((_, values)) = old {
             flush_nulls(&mut self.before, &mut self.before_pending_nulls);
-            let before_failed = append_values(&mut self.before, Some(values), binary);
+            let (before_failed, _) = append(&mut self.before, Some(values));
             failed = failed.or(before_failed);
             self.old_images += 1;
         } else {
             self.before_pending_nulls += 1;
         }
-        let row = new.unwrap_or_default();
-        if row.iter().any(Datum::is_unchanged) {
+        if unchanged {
+            // The rows since the last one with names have none: their entries end where
+            // its entry ended.
+            let offsets = &mut self.unchanged.values;
+            let end = offsets.last().copied().unwrap_or(0);
+            offsets.resize(self.rows + 1, end);
+            let row = new.unwrap_or_default();
             for (datum, column) in row.iter().zip(&self.relation.columns) {
                 if datum.is_unchanged() {
                     push_name(&mut self.unchanged_names, &column.name);
                 }
             }
+            let names = i32::try_from(self.unchanged_names.len()).unwrap_or(i32::MAX);
+            self.unchanged.values.push(names);
         }
         self.before_kinds.push(old.map(|(k, _)| k));
         self.change_kinds.push(kind);
         self.lsn.push(meta.lsn as i64);
-        self.commit_lsn
-            .push_option(meta.commit_lsn.map(|l| l as i64));
         self.tx_ordinal.push(meta.tx_ordinal as i64);
-        self.commit_ts.push_option(
-            meta.commit_timestamp
+        let tx = TxColumns {
+            commit_lsn: meta.commit_lsn.map(|l| l as i64),
+            commit_ts: meta
+                .commit_timestamp
                 .map(|t| t.saturating_add(PG_EPOCH_OFFSET_MICROS)),
-        );
-        self.xid.push_option(meta.xid.map(i64::from));
-        let names = i32::try_from(self.unchanged_names.len()).unwrap_or(i32::MAX);
-        self.unchanged.values.push(names);
+            xid: meta.xid.map(i64::from),
+        };
+        match &mut self.pending_tx {
+            Some((pending, n)) if *pending == tx => *n += 1,
+            _ => {
+                self.flush_tx();
+                self.pending_tx = Some((tx, 1));
+            }
+        }
         self.rows += 1;
         match failed {
             None => Ok(()),
@@ -274,6 +302,7 @@ impl ChangeTable {
 
     /// Finishes the rows appended so far into one record batch; the table starts empty again.
     pub fn finish(&mut self) -> Result<RecordBatch, ArrowError> {
+        self.flush_tx();
         let rows = std::mem::take(&mut self.rows);
         self.refill = true;
         let mut arrays = Vec::with_capacity(self.columns.len() + 9);
@@ -283,7 +312,9 @@ impl ChangeTable {
         let (before, before_kind) = self.finish_before(rows)?;
         let change_type = self.finish_change_type()?;
         let recycler = &mut self.recycler;
-        let names = self.unchanged_names.finish_utf8(recycler)?;
+        let names = self.unchanged_names.finish(recycler);
+        let end = self.unchanged.values.last().copied().unwrap_or(0);
+        self.unchanged.values.resize(rows + 1, end);
         let offsets = OffsetBuffer::new(ScalarBuffer::new(
             self.unchanged.lend(recycler),
             0,
@@ -321,6 +352,15 @@ impl ChangeTable {
 }
 
 impl ChangeTable {
+    /// Appends the pending run of transaction columns.
+    fn flush_tx(&mut self) {
+        if let Some((tx, n)) = self.pending_tx.take() {
+            self.commit_lsn.push_option_n(tx.commit_lsn, n);
+            self.commit_ts.push_option_n(tx.commit_ts, n);
+            self.xid.push_option_n(tx.xid, n);
+        }
+    }
+
     /// Gives every builder memory for this batch: what the last batches handed out and the
     /// consumer has released since, or new memory.
     fn refill_builders(&mut self) {
@@ -362,17 +402,17 @@ impl ChangeTable {
             for kind in kinds.drain(..) {
                 push_name(&mut self.change_type, kind.name());
             }
-            return self.change_type.finish_utf8(&mut self.recycler);
+            return Ok(self.change_type.finish(&mut self.recycler));
         };
         kinds.clear();
         let same = match self.same_change_type.take() {
             Some((k, array)) if k == kind && array.len() >= rows => array,
             _ => {
-                let mut column = Bytes::default();
+                let mut column = Utf8::default();
                 for _ in 0..room(rows) {
                     push_name(&mut column, kind.name());
                 }
-                column.finish_utf8(&mut Recycler::default())?
+                column.finish(&mut Recycler::default())
             }
         };
         let sliced = same.slice(0, rows);
@@ -419,7 +459,7 @@ impl ChangeTable {
             children,
             Some(NullBuffer::new(valid)),
         )?;
-        Ok((Arc::new(before), self.before_kind.finish_utf8(recycler)?))
+        Ok((Arc::new(before), self.before_kind.finish(recycler)))
     }
 }
 
@@ -433,33 +473,46 @@ fn before_kind_name(kind: OldKind) -> &'static str {
 
 /// Appends a name the metadata columns hold (a change kind, a column name): far below
 /// the 2 GiB a column's offsets address in any batch that fits in memory.
-fn push_name(column: &mut Bytes, name: &str) {
-    if let Err(OffsetOverflow) = column.push(name.as_bytes()) {
+fn push_name(column: &mut Utf8, name: &str) {
+    if let Err(OffsetOverflow) = column.push(name) {
         column.push_null();
     }
 }
 
 /// Appends one entry to each builder: the row's value, or null where the row holds none
 /// (NULL, an unchanged-TOAST marker, no row). After a value that fails (its builder has
-/// appended a null, so the columns stay aligned) the rest are nulls; which one failed.
-fn append_values(
+/// appended a null, so the columns stay aligned) the rest are nulls. Which one failed,
+/// and whether the row holds an unchanged-TOAST marker.
+///
+/// `BINARY` (the stream's format): fixed-width binary values are appended in place first
+/// ([`ColumnBuilder::append_fixed_binary`]); a separate instance, so the text format's
+/// loop stays as it was.
+fn append_values<const BINARY: bool>(
     builders: &mut [ColumnBuilder],
     row: Option<&[Datum<'_>]>,
-    binary: bool,
-) -> Option<(usize, ValueError)> {
+) -> (Option<(usize, ValueError)>, bool) {
     let row = row.unwrap_or_default();
     let mut failed = None;
+    let mut unchanged = false;
     for (i, builder) in builders.iter_mut().enumerate() {
         match row.get(i) {
             Some(d @ (Datum::Text(_) | Datum::Binary(_))) if failed.is_none() => {
-                if let Err(error) = builder.append(d, binary) {
+                if let (true, Datum::Binary(b)) = (BINARY, d) {
+                    if builder.append_fixed_binary(b) {
+                        continue;
+                    }
+                }
+                if let Err(error) = builder.append(d, BINARY) {
                     failed = Some((i, error));
                 }
             }
-            _ => builder.append_null(),
+            other => {
+                unchanged |= other.is_some_and(Datum::is_unchanged);
+                builder.append_null();
+            }
         }
     }
-    failed
+    (failed, unchanged)
 }
 
 fn flush_nulls(builders: &mut [ColumnBuilder], pending: &mut usize) {

@@ -265,6 +265,30 @@ pub fn parse_message_into<'a>(
     ctx: ParseContext,
     tuple: Vec<Datum<'a>>,
 ) -> Result<Message<'a>, DecodeError> {
+    // The message nearly every row comes in, an Insert outside a streamed block, read
+    // without the general dispatch (same cursor, same errors at the same offsets).
+    if let [b'I', o0, o1, o2, o3, b'N', ..] = *bytes {
+        if !ctx.in_stream && ctx.proto_version >= min_version(MessageKind::Insert) {
+            let mut cur = Cursor::new(bytes, MessageKind::Insert);
+            cur.skip(6);
+            let new = parse_tuple_into(&mut cur, tuple)?;
+            cur.finish()?;
+            return Ok(Message::Insert(Insert {
+                xid: None,
+                relation: u32::from_be_bytes([o0, o1, o2, o3]),
+                new,
+            }));
+        }
+    }
+    parse_any_message(bytes, ctx, tuple)
+}
+
+/// [`parse_message_into`] for every message, through the dispatch on the tag.
+fn parse_any_message<'a>(
+    bytes: &'a [u8],
+    ctx: ParseContext,
+    tuple: Vec<Datum<'a>>,
+) -> Result<Message<'a>, DecodeError> {
     let tag = *bytes.first().ok_or_else(|| {
         DecodeError::new(
             MessageKind::Unknown,

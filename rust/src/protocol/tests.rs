@@ -580,3 +580,64 @@ fn every_truncation_of_a_valid_message_is_an_error() {
         );
     }
 }
+
+mod insert_fast_path {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn column() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            Just(b"n".to_vec()),
+            Just(b"u".to_vec()),
+            (
+                prop_oneof![Just(b't'), Just(b'b')],
+                proptest::collection::vec(any::<u8>(), 0..20)
+            )
+                .prop_map(|(kind, value)| {
+                    let mut c = vec![kind];
+                    c.extend((value.len() as i32).to_be_bytes());
+                    c.extend(value);
+                    c
+                }),
+        ]
+    }
+
+    proptest! {
+        /// Inserts read by the fast path are read as the general path reads them, errors
+        /// (kind, offset, reason) included, whatever the damage.
+        #[test]
+        fn inserts_read_like_the_general_path(
+            oid in any::<u32>(),
+            columns in proptest::collection::vec(column(), 0..6),
+            damage in proptest::option::of((any::<prop::sample::Index>(), any::<u8>())),
+            cut in proptest::option::of(any::<prop::sample::Index>()),
+            extra in proptest::collection::vec(any::<u8>(), 0..2),
+            proto_version in 0_u32..=4,
+            in_stream in any::<bool>(),
+        ) {
+            let mut bytes = vec![b'I'];
+            bytes.extend(oid.to_be_bytes());
+            bytes.push(b'N');
+            bytes.extend((columns.len() as i16).to_be_bytes());
+            for c in &columns {
+                bytes.extend(c);
+            }
+            bytes.extend(extra);
+            if let Some((at, byte)) = damage {
+                let i = at.index(bytes.len());
+                if let Some(b) = bytes.get_mut(i) {
+                    *b = byte;
+                }
+            }
+            if let Some(at) = cut {
+                bytes.truncate(at.index(bytes.len() + 1));
+            }
+            let ctx = ParseContext { proto_version, in_stream };
+            prop_assert_eq!(
+                parse_message_into(&bytes, ctx, Vec::new()),
+                parse_any_message(&bytes, ctx, Vec::new())
+            );
+        }
+    }
+}

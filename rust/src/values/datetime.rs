@@ -310,18 +310,29 @@ fn parse_any_timestamp(s: &str, with_zone: bool, ty: &'static str) -> Result<i64
 /// microseconds as [`parse_timestamp`] otherwise.
 fn usual_timestamp(b: &[u8], with_zone: bool) -> Option<i64> {
     let (head, mut rest) = b.split_first_chunk::<19>()?;
-    let digit = |i: usize| -> Option<i64> {
-        let d = head.get(i)?.wrapping_sub(b'0');
-        (d < 10).then_some(i64::from(d))
-    };
-    let two = |i: usize| Some(digit(i)? * 10 + digit(i + 1)?);
-    let separators = [(4, b'-'), (7, b'-'), (10, b' '), (13, b':'), (16, b':')];
-    if !separators.iter().all(|&(i, c)| head.get(i) == Some(&c)) {
+    let (date, time) = head.split_first_chunk::<8>()?;
+    let (time, seconds) = time.split_first_chunk::<8>()?;
+    // Two words XORed with the form they should have: digits become 0 to 9, the
+    // separators 0; a word is right when its separator bytes are 0 and no byte is above
+    // 9 (adding 0x76 sets the high bit of a byte above 9; a byte from 0x80 has it).
+    let date = u64::from_le_bytes(*date) ^ u64::from_le_bytes(*b"0000-00-");
+    let time = u64::from_le_bytes(*time) ^ u64::from_le_bytes(*b"00 00:00");
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let digits_only = |w: u64| (w | w.wrapping_add(0x7676_7676_7676_7676)) & HIGH == 0;
+    let separators = (date & 0xff00_00ff_0000_0000) | (time & 0x0000_ff00_00ff_0000);
+    if separators != 0 || !digits_only(date) || !digits_only(time) {
         return None;
     }
-    let year = two(0)? * 100 + two(2)?;
-    let (month, day) = (two(5)?, two(8)?);
-    let (hour, minute, second) = (two(11)?, two(14)?, two(17)?);
+    // The digit in byte `i` of a word.
+    let at = |w: u64, i: u32| i64::from((w >> (8 * i)) as u8);
+    let two = |w: u64, i: u32| at(w, i) * 10 + at(w, i + 1);
+    let year = two(date, 0) * 100 + two(date, 2);
+    let (month, day) = (two(date, 5), two(time, 0));
+    let (hour, minute) = (two(time, 3), two(time, 6));
+    let second = match *seconds {
+        [b':', s0, s1] => two_digits(s0, s1)?,
+        _ => return None,
+    };
     let month = u32::try_from(month).ok().filter(|m| (1..=12).contains(m))?;
     let day = u32::try_from(day).ok()?;
     if year == 0 || day == 0 || day > days_in_month(year, month) {
@@ -332,28 +343,25 @@ fn usual_timestamp(b: &[u8], with_zone: bool) -> Option<i64> {
     }
     let mut micros = 0;
     if let Some((b'.', fraction)) = rest.split_first() {
-        let n = fraction.iter().take_while(|c| c.is_ascii_digit()).count();
-        if !(1..=6).contains(&n) {
-            return None;
+        // One to six digits, scaled to microseconds.
+        let mut n = 0;
+        for &c in fraction.iter().take(7) {
+            let d = c.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            micros = micros * 10 + i64::from(d);
+            n += 1;
         }
-        let (digits, tail) = fraction.split_at_checked(n)?;
-        for &c in digits {
-            micros = micros * 10 + i64::from(c - b'0');
-        }
-        micros *= 10_i64.pow(6 - n as u32);
-        rest = tail;
+        const SCALE: [i64; 7] = [0, 100_000, 10_000, 1_000, 100, 10, 1];
+        micros *= *SCALE.get(n).filter(|&&s| s != 0)?;
+        rest = fraction.get(n..)?;
     }
     let mut offset = 0;
     if with_zone {
-        let (&sign, zone) = rest.split_first()?;
-        let zone_digit = |i: usize| -> Option<i64> {
-            let d = zone.get(i)?.wrapping_sub(b'0');
-            (d < 10).then_some(i64::from(d))
-        };
-        let hours = zone_digit(0)? * 10 + zone_digit(1)?;
-        let minutes = match zone.len() {
-            2 => 0,
-            5 if zone.get(2) == Some(&b':') => zone_digit(3)? * 10 + zone_digit(4)?,
+        let (hours, minutes, sign) = match *rest {
+            [sign, h0, h1] => (two_digits(h0, h1)?, 0, sign),
+            [sign, h0, h1, b':', m0, m1] => (two_digits(h0, h1)?, two_digits(m0, m1)?, sign),
             _ => return None,
         };
         let seconds = hours * 3600 + minutes * 60;
@@ -374,6 +382,12 @@ fn usual_timestamp(b: &[u8], with_zone: bool) -> Option<i64> {
     let days = days_from_civil(year, month, day);
     let time = hour * MICROS_PER_HOUR + minute * MICROS_PER_MINUTE + second * MICROS_PER_SECOND;
     Some(days * MICROS_PER_DAY + time + micros - offset)
+}
+
+/// Two ASCII digits as a number.
+fn two_digits(hi: u8, lo: u8) -> Option<i64> {
+    let (hi, lo) = (hi.wrapping_sub(b'0'), lo.wrapping_sub(b'0'));
+    (hi < 10 && lo < 10).then(|| i64::from(hi) * 10 + i64::from(lo))
 }
 
 /// timestamp / timestamptz binary: i64 microseconds since 2000-01-01 (UTC for
@@ -513,6 +527,26 @@ mod usual_form_tests {
         ) {
             if let Some(micros) = usual_timestamp(s.as_bytes(), with_zone) {
                 prop_assert_eq!(Ok(micros), parse_any_timestamp(&s, with_zone, "timestamp"));
+            }
+        }
+
+        /// The same after any one character of a usual timestamp is replaced by another.
+        #[test]
+        fn damaged_timestamps_read_like_any_timestamp(
+            s in "[12][0-9]{3}-[01][0-9]-[0-3][0-9] [0-2][0-9]:[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?[+-][01][0-9]",
+            c in prop_oneof![any::<char>(), "[ -@T]".prop_map(|s| s.chars().next().unwrap_or('0'))],
+            with_zone in any::<bool>(),
+        ) {
+            let chars: Vec<char> = s.chars().collect();
+            for i in 0..chars.len() {
+                let mut damaged = chars.clone();
+                if let Some(slot) = damaged.get_mut(i) {
+                    *slot = c;
+                }
+                let s: String = damaged.into_iter().collect();
+                if let Some(micros) = usual_timestamp(s.as_bytes(), with_zone) {
+                    prop_assert_eq!(Ok(micros), parse_any_timestamp(&s, with_zone, "timestamp"));
+                }
             }
         }
     }

@@ -17,6 +17,7 @@
 //! dropped, as `numeric_recv` + `numeric_out` would drop them.
 
 use super::error::{ValueError, ValueErrorKind};
+use super::scan::{plain_decimal, PlainDecimal};
 use super::types::Decimal128Spec;
 
 const TY: &str = "numeric";
@@ -37,7 +38,7 @@ fn err(kind: ValueErrorKind) -> ValueError {
 /// 10^0 to 10^38.
 #[rustfmt::skip]
 #[allow(clippy::unreadable_literal)]
-const POW10: [u128; 39] = [
+pub(crate) const POW10: [u128; 39] = [
     1,
     10,
     100,
@@ -78,6 +79,18 @@ const POW10: [u128; 39] = [
     10000000000000000000000000000000000000,
     100000000000000000000000000000000000000,
 ];
+
+/// 10^0 to 10^19, the powers of ten a u64 holds.
+#[allow(clippy::indexing_slicing)] // constant evaluation: out of range would not compile
+const POW10_U64: [u64; 20] = {
+    let mut table = [1u64; 20];
+    let mut i = 1;
+    while i < 20 {
+        table[i] = table[i - 1] * 10;
+        i += 1;
+    }
+    table
+};
 
 /// Collects decimal digits, most significant first, into an unscaled magnitude at a
 /// fixed scale, refusing to round or overflow.
@@ -170,48 +183,37 @@ pub fn text_to_decimal(s: &str, spec: Decimal128Spec) -> Result<i128, ValueError
     text_to_decimal_by_digits(s, spec)
 }
 
-/// The common case in one pass: `-?digits(.digits)?` with at most 38 digits and no more
-/// fraction digits than the scale, so the value is exact and only overflow can fail.
-/// `None` for anything else, left to [`text_to_decimal_by_digits`].
+/// The common case in one pass: `-?digits(.digits)?` with at most 19 digits (a u64) and
+/// no more fraction digits than the scale, so the value is exact and only overflow can
+/// fail. `None` for anything else, left to [`text_to_decimal_by_digits`].
 fn text_to_decimal_fast(s: &str, spec: Decimal128Spec) -> Option<Result<i128, ValueError>> {
     let bytes = s.as_bytes();
     let (negative, body) = match bytes.split_first() {
         Some((b'-', rest)) => (true, rest),
         _ => (false, bytes),
     };
-    if body.is_empty() || body.len() > 39 {
-        return None;
-    }
     // Up to 19 digits fit a u64; longer numbers take the digit-by-digit path.
-    let mut magnitude: u64 = 0;
-    let mut frac_digits: Option<u32> = None;
-    for &b in body {
-        match b {
-            b'0'..=b'9' => {
-                magnitude = magnitude
-                    .checked_mul(10)?
-                    .checked_add(u64::from(b - b'0'))?;
-                if let Some(n) = frac_digits.as_mut() {
-                    *n += 1;
-                }
-            }
-            b'.' if frac_digits.is_none() => frac_digits = Some(0),
-            _ => return None,
-        }
-    }
-    let frac_digits = frac_digits.unwrap_or(0);
-    // "5." and ".5" are not numeric_out's form; a leading point means no integer digit.
-    if body.first() == Some(&b'.') || body.last() == Some(&b'.') {
-        return None;
-    }
-    let scale = u32::try_from(spec.scale).ok()?;
-    let shift = scale.checked_sub(frac_digits)?;
+    let PlainDecimal {
+        mantissa: magnitude,
+        fraction_digits: frac_len,
+    } = plain_decimal(body)?;
+    let scale = usize::try_from(spec.scale).ok()?;
+    let shift = scale.checked_sub(frac_len)?;
+    let limit = POW10
+        .get(usize::from(spec.precision.min(38)))
+        .copied()
+        .unwrap_or(u128::MAX);
     let overflow = || err(ValueErrorKind::NumericOverflow);
-    let limit = 10_u128.pow(u32::from(spec.precision.min(38)));
+    // Mostly a u64 product; the u128 one only when that overflows.
+    let scaled = match POW10.get(shift) {
+        Some(&p) => match u64::try_from(p).ok().and_then(|p| magnitude.checked_mul(p)) {
+            Some(m) => Some(u128::from(m)),
+            None => u128::from(magnitude).checked_mul(p),
+        },
+        None => None,
+    };
     Some(
-        10_u128
-            .checked_pow(shift)
-            .and_then(|p| u128::from(magnitude).checked_mul(p))
+        scaled
             .filter(|&m| m < limit)
             .ok_or_else(overflow)
             .and_then(|m| i128::try_from(m).map_err(|_| overflow()))
@@ -391,6 +393,9 @@ impl Binary<'_> {
 
 /// numeric binary -> unscaled i128 at `spec.scale`.
 pub fn binary_to_decimal(b: &[u8], spec: Decimal128Spec) -> Result<i128, ValueError> {
+    if let Some(v) = binary_to_decimal_fast(b, spec) {
+        return Ok(v);
+    }
     let value = Binary::parse(b)?;
     if let Some(e) = value.special() {
         return Err(e);
@@ -399,6 +404,55 @@ pub fn binary_to_decimal(b: &[u8], spec: Decimal128Spec) -> Result<i128, ValueEr
         return value.to_decimal_at_dscale(spec);
     }
     value.to_decimal_by_digits(spec)
+}
+
+/// The usual value of a numeric(p, s) column with p up to 18: at most four base-10000
+/// digits (below 10^16), a plain sign, a display scale no larger than the decimal's, a
+/// result below 10^p. Read in u64 arithmetic: the digits as one integer, cut below the
+/// display scale (as [`Binary::to_decimal_at_dscale`] cuts them), then scaled. `None`
+/// for anything else, including every malformed or overflowing value: the checked path
+/// reads those and says what is wrong.
+fn binary_to_decimal_fast(b: &[u8], spec: Decimal128Spec) -> Option<i128> {
+    let (header, digits) = b.split_first_chunk::<8>()?;
+    let [n0, n1, w0, w1, s0, s1, d0, d1] = *header;
+    let ndigits = u16::from_be_bytes([n0, n1]);
+    let weight = i32::from(i16::from_be_bytes([w0, w1]));
+    let sign = u16::from_be_bytes([s0, s1]);
+    let dscale = i32::from(u16::from_be_bytes([d0, d1]));
+    if ndigits > 4
+        || digits.len() != usize::from(ndigits) * 2
+        || !matches!(sign, SIGN_POS | SIGN_NEG)
+        || dscale > i32::from(spec.scale)
+    {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for pair in digits.chunks_exact(2) {
+        let d = match *pair {
+            [hi, lo] => u16::from_be_bytes([hi, lo]),
+            _ => return None,
+        };
+        if d >= NBASE {
+            return None;
+        }
+        n = n * u64::from(NBASE) + u64::from(d);
+    }
+    let pow10 = |e: i32| -> Option<u64> { POW10_U64.get(usize::try_from(e).ok()?).copied() };
+    // Power of ten of the last digit's units, counted from 10^-dscale.
+    let exp = 4 * (weight - i32::from(ndigits) + 1) + dscale;
+    let at_dscale = if exp >= 0 {
+        n.checked_mul(pow10(exp)?)?
+    } else {
+        // n < 10^16: cut 17 places or more, nothing is left.
+        pow10(-exp).map_or(0, |p| n / p)
+    };
+    let magnitude = at_dscale.checked_mul(pow10(i32::from(spec.scale) - dscale)?)?;
+    let limit = POW10.get(usize::from(spec.precision.min(38)))?;
+    if u128::from(magnitude) >= *limit {
+        return None;
+    }
+    let value = i128::from(magnitude);
+    Some(if sign == SIGN_NEG { -value } else { value })
 }
 
 /// numeric binary -> the text `numeric_out` prints, into `out` (cleared first).
@@ -482,10 +536,53 @@ mod fast_path_tests {
         b
     }
 
+    /// What `numeric_send` writes for `unscaled` × 10^-`scale` at display scale `scale`:
+    /// base-10000 digits aligned on the point, without leading or trailing zero digits.
+    fn numeric_send(unscaled: i64, scale: u8) -> Vec<u8> {
+        let frac_base_digits = i16::from(scale.div_ceil(4));
+        let mut m = u128::from(unscaled.unsigned_abs())
+            * 10_u128.pow(4 * u32::from(scale.div_ceil(4)) - u32::from(scale));
+        let mut digits = Vec::new();
+        while m > 0 {
+            digits.push(u16::try_from(m % 10_000).unwrap_or(0));
+            m /= 10_000;
+        }
+        digits.reverse();
+        let weight = i16::try_from(digits.len()).unwrap_or(0) - 1 - frac_base_digits;
+        while digits.last() == Some(&0) {
+            digits.pop();
+        }
+        let (weight, sign) = match (digits.is_empty(), unscaled < 0) {
+            (true, _) => (0, SIGN_POS),
+            (false, true) => (weight, SIGN_NEG),
+            (false, false) => (weight, SIGN_POS),
+        };
+        encode(&digits, weight, sign, u16::from(scale))
+    }
+
+    #[test]
+    fn numeric_send_encoder() {
+        // From `SELECT numeric_send(v::numeric(12,2))`.
+        assert_eq!(
+            numeric_send(12_345, 2),
+            encode(&[123, 4500], 0, SIGN_POS, 2)
+        );
+        assert_eq!(numeric_send(-100, 2), encode(&[1], 0, SIGN_NEG, 2));
+        assert_eq!(numeric_send(5, 2), encode(&[500], -1, SIGN_POS, 2));
+        assert_eq!(numeric_send(0, 2), encode(&[], 0, SIGN_POS, 2));
+        assert_eq!(
+            numeric_send(123_456_789, 0),
+            encode(&[1, 2345, 6789], 2, SIGN_POS, 0)
+        );
+    }
+
     #[test]
     fn pow10_table() {
         for (i, p) in (0_u32..).zip(POW10) {
             assert_eq!(p, 10_u128.pow(i));
+        }
+        for (i, p) in (0_u32..).zip(POW10_U64) {
+            assert_eq!(p, 10_u64.pow(i));
         }
     }
 
@@ -535,6 +632,48 @@ mod fast_path_tests {
                 let spec = Decimal128Spec { precision, scale };
                 prop_assert_eq!(value.to_decimal_at_dscale(spec), value.to_decimal_by_digits(spec));
             }
+        }
+
+        /// The u64 path gives what the checked path gives, whenever it answers; it
+        /// answers for the usual numeric(p, s) values.
+        #[test]
+        fn binary_fast_path_matches_checked_path(
+            digits in proptest::collection::vec(prop_oneof![0_u16..10, 0_u16..10_000, Just(0_u16), Just(9999_u16), 10_000_u16..], 0..7),
+            weight in -8_i16..8,
+            sign in prop_oneof![Just(SIGN_POS), Just(SIGN_NEG), Just(SIGN_NAN), Just(SIGN_PINF), any::<u16>()],
+            dscale in prop_oneof![0_u16..20, any::<u16>()],
+            precision in 1_u8..=38,
+            scale in -3_i8..40,
+            cut in proptest::option::of(any::<prop::sample::Index>()),
+        ) {
+            let mut bytes = encode(&digits, weight, sign, dscale);
+            if let Some(at) = cut {
+                bytes.truncate(at.index(bytes.len() + 1));
+            }
+            let spec = Decimal128Spec { precision, scale };
+            let checked = Binary::parse(&bytes).and_then(|value| match value.special() {
+                Some(e) => Err(e),
+                None if i32::from(value.dscale) <= i32::from(spec.scale) => {
+                    value.to_decimal_at_dscale(spec)
+                }
+                None => value.to_decimal_by_digits(spec),
+            });
+            if let Some(fast) = binary_to_decimal_fast(&bytes, spec) {
+                prop_assert_eq!(Ok(fast), checked);
+            }
+            prop_assert_eq!(binary_to_decimal(&bytes, spec), checked);
+        }
+
+        /// numeric(p, s) values as numeric_send writes them take the u64 path.
+        #[test]
+        fn usual_binary_values_take_the_fast_path(
+            unscaled in -999_999_999_999_i64..=999_999_999_999,
+            precision in 12_u8..=18,
+            scale in 0_i8..=6,
+        ) {
+            let spec = Decimal128Spec { precision, scale };
+            let bytes = numeric_send(unscaled, scale.unsigned_abs());
+            prop_assert_eq!(binary_to_decimal_fast(&bytes, spec), Some(i128::from(unscaled)));
         }
     }
 }

@@ -122,23 +122,6 @@ impl<'a> Raw<'a> {
         }
     }
 
-    /// [`Raw::text_str`] as bytes checked to be UTF-8, for a caller that stores bytes
-    /// (cheaper than making a `str` of binary-format text).
-    pub fn text_bytes(self, type_name: &'static str) -> Result<&'a [u8], ValueError> {
-        match self {
-            Self::Text(s) => Ok(s.as_bytes()),
-            Self::Binary(b) => binary::text_bytes(b, type_name),
-        }
-    }
-
-    /// [`Raw::jsonb`] as bytes checked to be UTF-8.
-    pub fn jsonb_bytes(self) -> Result<&'a [u8], ValueError> {
-        match self {
-            Self::Text(s) => Ok(s.as_bytes()),
-            Self::Binary(b) => binary::jsonb_bytes(b),
-        }
-    }
-
     /// jsonb: the JSON text.
     pub fn jsonb(self) -> Result<&'a str, ValueError> {
         match self {

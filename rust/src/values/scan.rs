@@ -81,3 +81,76 @@ impl<'a> Scanner<'a> {
         (self.pos == self.s.len()).then_some(())
     }
 }
+
+/// A plain decimal `digits(.digits)?` of at most 19 digits, read as one integer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PlainDecimal {
+    /// The digits, point left out.
+    pub(crate) mantissa: u64,
+    /// Digits after the point.
+    pub(crate) fraction_digits: usize,
+}
+
+/// Reads `digits(.digits)?` (at least one digit each side of a point, as the output
+/// functions print) of at most 19 digits in all; `None` for anything else, such as signs,
+/// exponents, words or longer numbers.
+pub(crate) fn plain_decimal(body: &[u8]) -> Option<PlainDecimal> {
+    // Wrapping: more than 19 digits are refused below.
+    let mut mantissa: u64 = 0;
+    let mut dot = None;
+    for (i, &c) in body.iter().enumerate() {
+        let d = c.wrapping_sub(b'0');
+        if d <= 9 {
+            mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(d));
+        } else if c == b'.' && dot.is_none() {
+            dot = Some(i);
+        } else {
+            return None;
+        }
+    }
+    let fraction_digits = match dot {
+        // "5." and ".5".
+        Some(0) => return None,
+        Some(dot) if dot + 1 == body.len() => return None,
+        Some(dot) => body.len() - dot - 1,
+        None => 0,
+    };
+    let digits = body.len() - usize::from(dot.is_some());
+    if digits == 0 || digits > 19 {
+        return None;
+    }
+    Some(PlainDecimal {
+        mantissa,
+        fraction_digits,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_decimals() {
+        let plain = |mantissa, fraction_digits| {
+            Some(PlainDecimal {
+                mantissa,
+                fraction_digits,
+            })
+        };
+        for (text, expected) in [
+            ("0", plain(0, 0)),
+            ("123.45", plain(12_345, 2)),
+            ("9999999999999999999", plain(9_999_999_999_999_999_999, 0)),
+            ("999999999.9999999999", plain(9_999_999_999_999_999_999, 10)),
+            ("10000000000000000000", None),
+            ("", None),
+            (".5", None),
+            ("5.", None),
+            ("1.2.3", None),
+            ("-1", None),
+            ("1e5", None),
+        ] {
+            assert_eq!(plain_decimal(text.as_bytes()), expected, "{text}");
+        }
+    }
+}

@@ -84,6 +84,21 @@ pub fn text(s: &str) -> Result<Uuid, ValueError> {
     }
 }
 
+/// Whether `s` is already the canonical lower-case text (what PostgreSQL prints), so it
+/// can be stored as it is. One pass without early exit over the fixed 36 bytes.
+pub fn is_canonical(s: &str) -> bool {
+    let Ok(bytes) = <&[u8; 36]>::try_from(s.as_bytes()) else {
+        return false;
+    };
+    bytes
+        .iter()
+        .zip(IS_DASH.iter())
+        .fold(true, |ok, (&b, &dash)| {
+            let lower_hex = b.wrapping_sub(b'0') < 10 || b.wrapping_sub(b'a') < 6;
+            ok & if dash { b == b'-' } else { lower_hex }
+        })
+}
+
 /// uuid binary: 16 bytes -> canonical text.
 pub fn binary(b: &[u8]) -> Result<Uuid, ValueError> {
     let bytes: &[u8; 16] = b.try_into().map_err(|_| ValueError::malformed(TY))?;
@@ -100,4 +115,27 @@ pub fn binary(b: &[u8]) -> Result<Uuid, ValueError> {
         }
     }
     Ok(Uuid(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// Canonical exactly when reading the text gives it back unchanged.
+        #[test]
+        fn canonical_text_is_what_reading_gives_back(
+            s in prop_oneof![
+                "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+                "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+                "[0-9a-g/:@`-]{36}",
+                ".{30,40}",
+            ],
+        ) {
+            let read_back = text(&s).is_ok_and(|u| u.as_str() == s);
+            prop_assert_eq!(is_canonical(&s), read_back);
+        }
+    }
 }
