@@ -87,10 +87,11 @@ bench-spark: build bench-capture
 	$(PIP) install -q -r benches/requirements.txt
 	$(PY) benches/spark.py
 
-# Each proptest fuzz target of tests/fuzz.rs runs this long (seconds).
+# Each proptest fuzz target of tests/fuzz.rs runs this long (seconds), one at a time so
+# that each has a core to itself; the `fuzz` profile is release with overflow checks.
 FUZZ_SECONDS ?= 600
 fuzz:
-	PGWIRE_CDC_FUZZ_SECONDS=$(FUZZ_SECONDS) cargo test --release --test fuzz -- --nocapture
+	PGWIRE_CDC_FUZZ_SECONDS=$(FUZZ_SECONDS) cargo test --profile fuzz --test fuzz -- --nocapture --test-threads=1
 
 clean:
 	rm -rf $(VENV) target

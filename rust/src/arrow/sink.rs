@@ -359,4 +359,59 @@ mod tests {
             assert_eq!(x.batch, y.batch);
         }
     }
+
+    /// Found by the arrow_tables fuzz target: a table without columns (`CREATE TABLE t ()`
+    /// can be published; its rows are empty tuples) failed every batch it was in, since
+    /// Arrow cannot tell the length of a struct array without fields (`_before`).
+    #[test]
+    fn tables_without_columns_give_batches() {
+        let mut empty = Relation::clone(&relation(3, "empty"));
+        empty.columns.clear();
+        let empty = Arc::new(empty);
+        let mut sink = ArrowSink::new(false);
+        let meta = |i: u64| EventMeta {
+            start_lsn: i,
+            commit_lsn: Some(1000),
+            tx_ordinal: i,
+            xid: Some(7),
+            commit_timestamp: Some(0),
+        };
+        let old = crate::sink::OldImage {
+            kind: crate::protocol::OldKind::Full,
+            values: &[],
+        };
+        let events = [
+            EventRef::Insert {
+                relation: &empty,
+                row: &[],
+            },
+            EventRef::Update {
+                relation: &empty,
+                new: &[],
+                old: Some(old),
+            },
+            EventRef::Update {
+                relation: &empty,
+                new: &[],
+                old: None,
+            },
+            EventRef::Delete {
+                relation: &empty,
+                old,
+            },
+        ];
+        for (i, event) in events.into_iter().enumerate() {
+            assert!(sink.event(&meta(i as u64), event).is_ok());
+        }
+        let taken = sink.take();
+        assert!(taken.is_ok(), "{:?}", taken.err());
+        let taken = taken.unwrap_or_default();
+        assert_eq!(taken.iter().map(|s| s.batch.num_rows()).sum::<usize>(), 4);
+        // Only deletes or only inserts: the all-null _before and a _before with values.
+        for event in [events[0], events[3]] {
+            assert!(sink.event(&meta(9), event).is_ok());
+            let taken = sink.take();
+            assert!(taken.is_ok(), "{:?}", taken.err());
+        }
+    }
 }

@@ -446,18 +446,21 @@ impl ChangeTable {
         for b in &mut self.before {
             children.push(b.finish(recycler)?);
         }
+        let kinds_len = kinds.len();
         let valid =
-            BooleanBuffer::collect_bool(kinds.len(), |i| kinds.get(i).is_some_and(Option::is_some));
+            BooleanBuffer::collect_bool(kinds_len, |i| kinds.get(i).is_some_and(Option::is_some));
         for kind in kinds.drain(..) {
             match kind {
                 None => self.before_kind.push_null(),
                 Some(k) => push_name(&mut self.before_kind, before_kind_name(k)),
             }
         }
-        let before = StructArray::try_new(
+        // With the length given: a table without columns has a `_before` without fields.
+        let before = StructArray::try_new_with_length(
             self.before_fields.clone(),
             children,
             Some(NullBuffer::new(valid)),
+            kinds_len,
         )?;
         Ok((Arc::new(before), self.before_kind.finish(recycler)))
     }
@@ -552,9 +555,10 @@ fn null_column(data_type: &DataType, len: usize) -> Result<ArrayRef, ArrowError>
             (false, dt) => null_column(dt, len),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Arc::new(StructArray::try_new(
+    Ok(Arc::new(StructArray::try_new_with_length(
         fields.clone(),
         children,
         Some(NullBuffer::new_null(len)),
+        len,
     )?))
 }

@@ -169,7 +169,7 @@ fn refuse_unbound(login: &Login<'_>) -> Result<(), PgError> {
 }
 
 /// The AuthenticationSASL body: mechanism names, each NUL-terminated, then an empty one.
-fn sasl_mechanisms(data: &[u8]) -> Result<Vec<String>, PgError> {
+pub(crate) fn sasl_mechanisms(data: &[u8]) -> Result<Vec<String>, PgError> {
     let mut c = Cursor::new(data, "AuthenticationSASL");
     let mut names = Vec::new();
     loop {

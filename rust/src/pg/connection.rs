@@ -277,7 +277,7 @@ fn set_parameter(parameters: &mut Vec<(String, String)>, name: String, value: St
 }
 
 /// `server_version` to `server_version_num`: "15.4 (Debian 15.4-1)" -> 150004,
-/// "18beta1" -> 180000, "9.6.3" -> 90603.
+/// "18beta1" -> 180000, "9.6.3" -> 90603; `None` for a number beyond `u32`.
 pub(crate) fn parse_server_version(text: &str) -> Option<u32> {
     let version = text.split_whitespace().next()?;
     let mut numbers = version.split('.').map(|part| {
@@ -286,12 +286,15 @@ pub(crate) fn parse_server_version(text: &str) -> Option<u32> {
     });
     let major = numbers.next()??;
     let second = numbers.next().flatten().unwrap_or(0);
-    if major >= 10 {
-        Some(major * 10_000 + second)
+    let num = if major >= 10 {
+        major.checked_mul(10_000)?.checked_add(second)?
     } else {
         let third = numbers.next().flatten().unwrap_or(0);
-        Some(major * 10_000 + second * 100 + third)
-    }
+        (major * 10_000)
+            .checked_add(second.checked_mul(100)?)?
+            .checked_add(third)?
+    };
+    Some(num)
 }
 
 #[cfg(test)]
@@ -311,5 +314,17 @@ mod tests {
         assert_eq!(parse_server_version("9.6.3"), Some(90_603));
         assert_eq!(parse_server_version(""), None);
         assert_eq!(parse_server_version("x"), None);
+    }
+
+    /// Found by the backend_messages fuzz target: a version number too large for u32
+    /// overflowed (a panic in debug builds, a wrapped number in release builds).
+    #[test]
+    fn huge_server_versions_are_refused() {
+        assert_eq!(parse_server_version("430000"), None);
+        assert_eq!(parse_server_version("429496.7296"), None);
+        assert_eq!(parse_server_version("429496.7295"), Some(u32::MAX));
+        assert_eq!(parse_server_version("9.42949673.0"), None);
+        assert_eq!(parse_server_version("9.0.4294967295"), None);
+        assert_eq!(parse_server_version("4294967295"), None);
     }
 }

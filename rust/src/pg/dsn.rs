@@ -314,7 +314,7 @@ fn unterminated(key: &str) -> PgError {
 }
 
 /// The keywords [`ConnParams::set`] accepts.
-const KNOWN_KEYWORDS: &[&str] = &[
+pub(crate) const KNOWN_KEYWORDS: &[&str] = &[
     "host",
     "hostaddr",
     "port",

@@ -27,6 +27,8 @@ mod connect;
 pub mod connection;
 pub mod dsn;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod io;
 mod pgpass;
 pub mod replication;

@@ -494,8 +494,7 @@ fn parse_header(body: &[u8]) -> Result<Header, PgError> {
 }
 
 /// The payload of one CopyData of the stream.
-#[cfg(test)]
-fn parse_copy_data(body: &[u8]) -> Result<ReplicationMessage<'_>, PgError> {
+pub(crate) fn parse_copy_data(body: &[u8]) -> Result<ReplicationMessage<'_>, PgError> {
     Ok(parse_header(body)?.message(body))
 }
 

@@ -321,7 +321,31 @@ impl<'a> BinaryArray<'a> {
         }
         let (size, lower_bound) = match ndim {
             0 => (0, 1),
-            1 => (r.i32()?, r.i32()?),
+            1 => {
+                let (size, lower) = (r.i32()?, r.i32()?);
+                // The text form names the upper bound, an int4 too.
+                if size > 0 && lower.checked_add(size - 1).is_none() {
+                    return Err(malformed());
+                }
+                (size, lower)
+            }
+            // Like array_recv (and `binary_to_text`): dimensions without a single element
+            // make the empty array.
+            n @ 2.. if n as usize <= MAX_DIMS => {
+                let mut empty = false;
+                for _ in 0..n {
+                    let size = r.i32()?;
+                    r.i32()?;
+                    empty |= size == 0;
+                    if size < 0 {
+                        return Err(malformed());
+                    }
+                }
+                if !empty {
+                    return Err(multi_dimensional());
+                }
+                (0, 1)
+            }
             n if n > 1 => return Err(multi_dimensional()),
             _ => return Err(malformed()),
         };
@@ -496,8 +520,13 @@ pub fn binary_to_text(
     }
     let mut dims = [(0usize, 0i32); MAX_DIMS];
     for slot in dims.iter_mut().take(ndim) {
-        let size = usize::try_from(r.i32()?).map_err(|_| malformed())?;
-        *slot = (size, r.i32()?);
+        let size = r.i32()?;
+        let lower = r.i32()?;
+        // An upper bound beyond int4 has no text form.
+        if size > 0 && lower.checked_add(size - 1).is_none() {
+            return Err(malformed());
+        }
+        *slot = (usize::try_from(size).map_err(|_| malformed())?, lower);
     }
     let dims = dims.get(..ndim).ok_or_else(malformed)?;
     let total = dims

@@ -252,7 +252,9 @@ pub fn timetz_binary(b: &[u8], out: &mut String) -> Result<(), ValueError> {
     let (time, zone) = bytes.split_at(8);
     let time = i64::from_be_bytes(fixed(time, TY)?);
     let zone = i32::from_be_bytes(fixed(zone, TY)?);
-    if !(0..=MICROS_PER_DAY).contains(&time) || zone.abs() >= TZ_LIMIT_SECONDS {
+    if !(0..=MICROS_PER_DAY).contains(&time)
+        || zone.unsigned_abs() >= TZ_LIMIT_SECONDS.unsigned_abs()
+    {
         return Err(ValueError::malformed(TY));
     }
     out.clear();

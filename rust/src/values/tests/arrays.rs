@@ -161,6 +161,73 @@ fn multi_dimensional_arrays_are_a_distinct_error() {
     );
 }
 
+/// Found by the value_formats fuzz target: a two-dimensional header with no elements was
+/// a multi-dimensional array to the list parser but `{}` to the text fallback.
+/// PostgreSQL's array_recv makes it the empty array, and so do both now.
+#[test]
+fn dimensions_without_elements_are_the_empty_array() {
+    // xml[]: ndim 2, no null flag, element type 142, dimensions 0 x 0 (lower bounds 0).
+    let bin = unhex("00000002000000000000008e00000000000000000000000000000000");
+    assert_eq!(Raw::Binary(&bin).array().unwrap().iter().count(), 0);
+    let mut scratch = String::new();
+    let xml_array = PgType::from_oid(143, -1);
+    assert_eq!(
+        Raw::Binary(&bin).to_text(xml_array, &mut scratch).unwrap(),
+        "{}"
+    );
+    // int4[]: one empty dimension among three is enough.
+    let three = unhex("000000030000000000000017000000020000000100000000000000010000000300000001");
+    assert_eq!(Raw::Binary(&three).array().unwrap().iter().count(), 0);
+    // A negative size is malformed; bytes after an empty array's header are too.
+    let negative = unhex("000000020000000000000017ffffffff000000010000000000000001");
+    assert_eq!(
+        Raw::Binary(&negative).array().unwrap_err().kind,
+        ValueErrorKind::Malformed
+    );
+    let trailing = [&bin[..], &[0, 0, 0, 1, 7]].concat();
+    assert!(Raw::Binary(&trailing).array().is_err());
+}
+
+/// Found by the value_formats fuzz target (a timestamp[] from 2147483647): a binary array
+/// whose upper bound (lower bound plus size minus one) is beyond int4 was read, while its
+/// text form `[2147483647:2147483648]={...}` is malformed; PostgreSQL's array_recv
+/// refuses it too.
+#[test]
+fn upper_bounds_beyond_int4_are_malformed() {
+    // int4[]: ndim 1, no nulls, element type 23, 2 elements from 2147483647: 1 and 2.
+    let two = unhex(
+        "00000001000000000000001700000002\
+                     7fffffff000000040000000100000004\
+                     00000002",
+    );
+    assert_eq!(
+        Raw::Binary(&two).array().unwrap_err().kind,
+        ValueErrorKind::Malformed
+    );
+    let mut scratch = String::new();
+    let int4_array = PgType::from_oid(1007, -1);
+    assert_eq!(
+        Raw::Binary(&two)
+            .to_text(int4_array, &mut scratch)
+            .unwrap_err()
+            .kind,
+        ValueErrorKind::Malformed
+    );
+    // One element at 2147483647 ends there: fine in both forms.
+    let one = unhex("000000010000000000000017000000017fffffff0000000400000001");
+    assert_eq!(Raw::Binary(&one).array().unwrap().lower_bound(), i32::MAX);
+    assert_eq!(
+        Raw::Binary(&one).to_text(int4_array, &mut scratch).unwrap(),
+        "[2147483647:2147483647]={1}"
+    );
+    assert_eq!(
+        TextArray::parse("[2147483647:2147483647]={1}")
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
 #[test]
 fn malformed_arrays() {
     let bad_text = [
