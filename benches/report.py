@@ -33,7 +33,12 @@ def criterion_rows(
     root = target / "criterion"
     rows: list[str] = []
     newest: float | None = None
-    for group in ("parse_message", "decoder_feed"):
+    labels = {
+        "parse_message": "`parse_message`",
+        "decoder_feed": "`Decoder::feed` + NullSink",
+        "arrow_tables": "`Decoder::feed` + ArrowSink + `take()` (Arrow tables)",
+    }
+    for group, label in labels.items():
         for mode in ("text", "binary"):
             # decode.rs reports each benchmark twice (MB and msgs throughput); same timing.
             for unit in ("MB", "msgs"):
@@ -51,9 +56,7 @@ def criterion_rows(
                 est = json.loads((found / "estimates.json").read_text())
                 secs = est["mean"]["point_estimate"] / 1e9
                 n, nbytes = stream_sizes[mode]
-                what = (
-                    "`parse_message`" if group == "parse_message" else "`Decoder::feed` + NullSink"
-                )
+                what = label
                 rows.append(
                     f"| {what} ({mode}) | {n:,} | {secs:.4f} | {n / secs:,.0f} |"
                     f" {nbytes / secs / 1e6:,.1f} | {n / secs / ppo_rate:.1f}x |"
