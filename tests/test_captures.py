@@ -64,6 +64,48 @@ def test_feed_many_matches_feed(capture: dict[str, Any]) -> None:
     assert [e.to_dict() for e in one.events] == [e.to_dict() for e in many.events]
 
 
+def test_feed_many_accepts_any_sequence_of_buffers() -> None:
+    """Lists take a fast path (items read in place); tuples, generators and lists
+    mixing bytes and bytearray decode to the same events."""
+    capture = load_capture(next(p for p in CAPTURES if p.stem == "toast_default"))
+    data = [bytes.fromhex(m["data"]) for m in capture["messages"]]
+    lsns = [pgwire_cdc.lsn_to_int(m["lsn"]) for m in capture["messages"]]
+
+    def events_of(messages: Any, lsn_seq: Any) -> list[dict[str, Any]]:
+        dec = pgwire_cdc.Decoder(proto_version=capture["proto_version"], binary=capture["binary"])
+        dec.feed_many(messages, lsn_seq)
+        return [e.to_dict() for e in dec.events()]
+
+    expected = events_of(data, lsns)
+    assert expected
+    mixed = [bytearray(m) if i % 2 else m for i, m in enumerate(data)]
+    assert events_of(tuple(data), tuple(lsns)) == expected
+    assert events_of((m for m in data), None) == events_of(data, None)
+    assert events_of(mixed, lsns) == expected
+    assert events_of(data, tuple(lsns)) == expected
+    with pytest.raises(TypeError):
+        events_of([*data[:2], "not bytes"], None)
+    with pytest.raises(TypeError):
+        events_of([*data[:2], memoryview(data[2])], None)
+
+
+def test_feed_many_survives_a_list_changed_by_its_own_lsns() -> None:
+    """An LSN object whose ``__index__`` empties the messages list (Python code run in the
+    middle of feed_many) gives an exception, never a read of a freed message."""
+    capture = load_capture(next(p for p in CAPTURES if p.stem == "ri_default"))
+    data = [bytes.fromhex(m["data"]) for m in capture["messages"]]
+
+    class Emptying:
+        def __index__(self) -> int:
+            data.clear()
+            return 0
+
+    dec = pgwire_cdc.Decoder(proto_version=capture["proto_version"], binary=capture["binary"])
+    with pytest.raises((IndexError, RuntimeError)):
+        dec.feed_many(data, [0, Emptying(), *([0] * (len(data) - 2))])
+    assert len(dec.events()) == 1  # the first message, before the list was emptied
+
+
 def test_events_are_drained(capture: dict[str, Any]) -> None:
     dec = pgwire_cdc.Decoder(proto_version=capture["proto_version"], binary=capture["binary"])
     first = capture["messages"][0]

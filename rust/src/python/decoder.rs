@@ -4,9 +4,10 @@ use std::collections::HashMap;
 use std::sync::{Mutex, TryLockError};
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyList};
 
 use crate::arrow::ArrowSink;
 use crate::decoder::{Decoder, DecoderConfig};
@@ -190,8 +191,15 @@ impl PyDecoder {
                 )));
             }
         }
-        let mut lsn_iter = lsns.map(|l| l.try_iter()).transpose()?;
         let mut state = self.lock()?;
+        // Lists (what the contract names) are indexed directly: no iterator objects.
+        if let (Ok(list), Ok(lsn_list)) = (
+            messages.cast::<PyList>(),
+            lsns.map(|l| l.cast::<PyList>()).transpose(),
+        ) {
+            return feed_list(py, &mut state, list, lsn_list);
+        }
+        let mut lsn_iter = lsns.map(|l| l.try_iter()).transpose()?;
         for (i, item) in messages.try_iter()?.enumerate() {
             let item = item?;
             let lsn = match lsn_iter.as_mut().and_then(Iterator::next) {
@@ -244,4 +252,93 @@ impl PyDecoder {
         let drained = std::mem::take(&mut self.lock()?.events.events);
         drained.iter().map(|e| PyEvent::from_event(py, e)).collect()
     }
+}
+
+/// `feed_many` over lists, read in place: each item is borrowed from its list (no reference
+/// counting) and the next messages are prefetched while this one decodes. The messages are
+/// separate objects spread over the heap (Python keeps bytes of different lengths in
+/// different pools), so without the prefetch every message starts with a cache miss.
+///
+/// The list lengths are read again on every step: another thread may change the lists while
+/// `feed_many` lets it run.
+fn feed_list(
+    py: Python<'_>,
+    state: &mut State,
+    messages: &Bound<'_, PyList>,
+    lsns: Option<&Bound<'_, PyList>>,
+) -> PyResult<()> {
+    let mut i = 0;
+    while i < messages.len() {
+        // The LSN first: reading an int-like object other than an int may run Python code,
+        // which must not happen while a message is borrowed.
+        let lsn = match lsns {
+            Some(l) => l.get_item(i)?.extract::<u64>()?,
+            None => 0,
+        };
+        prefetch_message(messages, i + PREFETCH_AHEAD);
+        let fed = match borrowed_item(messages, i) {
+            Some(item) => match item.cast::<PyBytes>() {
+                // Only Rust code runs while the bytes are borrowed, so the list cannot
+                // change and drop them meanwhile.
+                Ok(bytes) => state.feed(bytes.as_bytes(), lsn),
+                Err(_) => {
+                    let owned = item.extract::<PyBackedBytes>()?;
+                    state.feed(&owned, lsn)
+                }
+            },
+            None => return Err(messages.get_item(i).err().unwrap_or_else(list_changed)),
+        };
+        fed.map_err(|e| decode_error(py, &e, Some(i)))?;
+        if i % YIELD_EVERY == YIELD_EVERY - 1 {
+            py.check_signals()?;
+            py.detach(|| ());
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+/// How many messages ahead `feed_list` prefetches: a message takes 150-300 ns to decode, a
+/// cache miss about 100 ns; four ahead measured best (1, 2, 4 and 8 tried, binary capture).
+const PREFETCH_AHEAD: usize = 4;
+
+/// Bytes of a message prefetched: the object header and the start of a typical message.
+const PREFETCH_BYTES: usize = 512;
+
+fn list_changed() -> PyErr {
+    PyRuntimeError::new_err("the messages list changed during feed_many")
+}
+
+/// Item `i` of `list` as a borrowed reference, or None past the end.
+fn borrowed_item<'a, 'py>(
+    list: &'a Bound<'py, PyList>,
+    i: usize,
+) -> Option<Borrowed<'a, 'py, PyAny>> {
+    if i >= list.len() {
+        return None;
+    }
+    let index = ffi::Py_ssize_t::try_from(i).ok()?;
+    // SAFETY: the GIL is held (`list` is a `Bound`) and `index` is within the list, so
+    // `PyList_GetItem` returns a borrowed reference to a live object without setting an
+    // exception. The `Borrowed` cannot outlive `'a`, the borrow of the list; callers drop
+    // it before anything runs that could change the list (Python code, releasing the GIL).
+    unsafe { Borrowed::from_ptr_or_opt(list.py(), ffi::PyList_GetItem(list.as_ptr(), index)) }
+}
+
+/// Asks the CPU to start loading item `i` of `list` (a bytes object keeps its data right
+/// after its header) into the cache. A hint only: nothing is read here.
+fn prefetch_message(list: &Bound<'_, PyList>, i: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(item) = borrowed_item(list, i) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let start = item.as_ptr().cast::<i8>().cast_const();
+        for offset in (0..PREFETCH_BYTES).step_by(64) {
+            // SAFETY: SSE, the feature `_mm_prefetch` needs, is part of every x86_64 CPU,
+            // and a prefetch never faults nor reads memory into the program, whatever the
+            // address (`wrapping_add` keeps the pointer arithmetic itself defined).
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(offset)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (list, i);
 }
