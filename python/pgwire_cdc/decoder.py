@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from . import _native
-from .tables import merge_segments
+from .tables import merge_segments, table_of
 
 
 class Decoder(_native.Decoder):
@@ -33,4 +33,4 @@ class Decoder(_native.Decoder):
     def take_segments(self) -> list[tuple[str, pa.Table]]:
         """Every segment since the last call as it is: one per table and schema version,
         in the order they started."""
-        return [(name, pa.table(stream)) for name, stream in self._take_segments()]
+        return [(name, table_of(stream)) for name, stream in self._take_segments()]

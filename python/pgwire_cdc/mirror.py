@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 
 from . import _native
 from .errors import MirrorError
-from .tables import METADATA_COLUMNS
+from .tables import METADATA_COLUMNS, table_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -302,7 +302,7 @@ class Mirror:
             base = _reshape(name, base, shape)
             keys = key_columns(changes)
             stream, counts = _native.apply_changes(base, changes, keys)
-            touched[name] = pa.table(stream)
+            touched[name] = table_of(stream)
             stats.add(counts)
             state.tables[name] = _TableState(state.version, keys, touched[name].num_rows)
         for name, table in touched.items():

@@ -54,7 +54,7 @@ from . import _native, admin, catalog, session
 from .errors import ConfigError, SlotError
 from .lsn import int_to_lsn, lsn_to_int
 from .spark import spark_schema
-from .tables import METADATA_COLUMNS
+from .tables import METADATA_COLUMNS, table_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -117,7 +117,7 @@ def change_table_schema(conn: psycopg.Connection[Any], publication: str, table: 
     # An empty COPY BINARY stream (signature, flags, header extension, trailer): the
     # decoder's empty change table has the schema.
     decoder.feed(b"PGCOPY\n\xff\r\n\x00" + bytes(8) + b"\xff\xff")
-    return pa.table(decoder.finish()).schema
+    return table_of(decoder.finish()).schema
 
 
 class PgwireCdcDataSource(DataSource):

@@ -50,7 +50,7 @@ import pyarrow as pa
 from . import _native, admin, catalog, session
 from .errors import ConfigError, ConnectionError, SlotError
 from .lsn import int_to_lsn, lsn_to_int
-from .tables import merge_segments
+from .tables import merge_segments, table_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -381,7 +381,7 @@ class _Stream:
                 return None
             if got is not None:
                 name, stream = got
-                return name, pa.table(stream)
+                return name, table_of(stream)
 
     def _next_seq(self) -> int:
         seq = self.seq
@@ -413,7 +413,7 @@ class _Stream:
                 # A batch without rows still moves the LSN (the end of a transaction whose
                 # rows went out earlier): the consumer acks it like any other.
                 seq = self._next_seq()
-                tables = merge_segments((name, pa.table(s)) for name, s in segments)
+                tables = merge_segments((name, table_of(s)) for name, s in segments)
                 yield Batch(tables=tables, lsn=lsn, _ack=self._acker(seq, lsn, False))
                 last_lsn = max(last_lsn, lsn)
             if stop in ("until_lsn", "idle"):
