@@ -52,3 +52,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             f"ratio pgwire_cdc / pypgoutput, parsing alone, same {ppo.n:,} messages:"
             f" {ours.msgs_per_s / ppo.msgs_per_s:.1f}x"
         )
+    arrow = {r.stream: r for r in rates if r.what == bench_common.ARROW}
+    ppo_arrow = next((r for r in rates if r.what == bench_common.PYPGOUTPUT_ARROW), None)
+    if ppo_arrow and "text" in arrow:
+        # Rows: both count the inserts of the same whole text capture.
+        tr.write_line(
+            "ratio pgwire_cdc Arrow tables / pypgoutput + pyarrow table, text:"
+            f" {ppo_arrow.secs / arrow['text'].secs:.1f}x"
+        )

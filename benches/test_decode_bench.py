@@ -14,7 +14,15 @@ from typing import Any
 
 import bench_common
 import pytest
-from bench_common import PARSE, PARSE_EVENTS, PYPGOUTPUT, Stream, record
+from bench_common import (
+    ARROW,
+    PARSE,
+    PARSE_EVENTS,
+    PYPGOUTPUT,
+    PYPGOUTPUT_ARROW,
+    Stream,
+    record,
+)
 
 ROUNDS = 3
 
@@ -75,3 +83,28 @@ def test_pypgoutput_parse_text(benchmark: Any, ppo_stream: Stream) -> None:
     benchmark.group = "parse"
     assert _run(benchmark, bench_common.pypgoutput_parse, ppo_stream) == ppo_stream.n
     record(PYPGOUTPUT, ppo_stream, benchmark)
+
+
+def test_pgwire_cdc_arrow_text(
+    benchmark: Any, release_build: str | None, text_stream: Stream
+) -> None:
+    """Typed Arrow change tables, a ``take()`` every ARROW_BATCH_MSGS messages."""
+    benchmark.group = "Arrow tables"
+    assert _run(benchmark, bench_common.pgwire_arrow, text_stream) == text_stream.inserts
+    record(ARROW, text_stream, benchmark)
+
+
+def test_pgwire_cdc_arrow_binary(
+    benchmark: Any, release_build: str | None, binary_stream: Stream
+) -> None:
+    benchmark.group = "Arrow tables"
+    assert _run(benchmark, bench_common.pgwire_arrow, binary_stream) == binary_stream.inserts
+    record(ARROW, binary_stream, benchmark)
+
+
+def test_pypgoutput_arrow_text(benchmark: Any, text_stream: Stream) -> None:
+    """The baseline: pypgoutput parsing, then a pyarrow table of the values per batch."""
+    pytest.importorskip("pypgoutput.decoders")
+    benchmark.group = "Arrow tables"
+    assert _run(benchmark, bench_common.pypgoutput_arrow, text_stream) == text_stream.inserts
+    record(PYPGOUTPUT_ARROW, text_stream, benchmark)
