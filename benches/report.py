@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         f" (text), {bmeta.get('messages_by_tag', '?')} (binary).",
         f"- pypgoutput runs on {ppo_note}. MB = 10^6 bytes of pgoutput message payload.",
         f"- Plain timing with `time.perf_counter`, best of {args.repeat} runs, one process,"
-        " GC enabled (benches/report.py). Before timing, the first"
+        " GC enabled, the loaded captures frozen (`gc.freeze()`, so collections do not walk"
+        " them) (benches/report.py). Before timing, the first"
         f" {checked:,} inserts were checked to decode to identical values in both libraries.",
         "",
         "## Python (benches/report.py)",
