@@ -87,6 +87,23 @@ def test_feed_many_accepts_any_sequence_of_buffers() -> None:
         events_of([*data[:2], "not bytes"], None)
     with pytest.raises(TypeError):
         events_of([*data[:2], memoryview(data[2])], None)
+    # LSNs: int subclasses and objects with __index__ are ints; out of range is an error.
+
+    class Lsn:
+        def __init__(self, value: int) -> None:
+            self.value = value
+
+        def __index__(self) -> int:
+            return self.value
+
+    class MyInt(int):
+        pass
+
+    assert events_of(data, [MyInt(x) for x in lsns]) == expected
+    assert events_of(data, [Lsn(x) for x in lsns]) == expected
+    for bad, error in ((-1, OverflowError), (2**64, OverflowError), ("0/0", TypeError)):
+        with pytest.raises(error):
+            events_of(data, [*lsns[:-1], bad])
 
 
 def test_feed_many_survives_a_list_changed_by_its_own_lsns() -> None:
