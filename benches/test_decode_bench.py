@@ -85,21 +85,15 @@ def test_pypgoutput_parse_text(benchmark: Any, ppo_stream: Stream) -> None:
     record(PYPGOUTPUT, ppo_stream, benchmark)
 
 
-def test_pgwire_cdc_arrow_text(
-    benchmark: Any, release_build: str | None, text_stream: Stream
+@pytest.mark.parametrize("mode", ["text", "binary"])
+def test_pgwire_cdc_arrow(
+    benchmark: Any, release_build: str | None, mode: str, request: pytest.FixtureRequest
 ) -> None:
     """Typed Arrow change tables, a ``take()`` every ARROW_BATCH_MSGS messages."""
+    stream: Stream = request.getfixturevalue(f"{mode}_stream")
     benchmark.group = "Arrow tables"
-    assert _run(benchmark, bench_common.pgwire_arrow, text_stream) == text_stream.inserts
-    record(ARROW, text_stream, benchmark)
-
-
-def test_pgwire_cdc_arrow_binary(
-    benchmark: Any, release_build: str | None, binary_stream: Stream
-) -> None:
-    benchmark.group = "Arrow tables"
-    assert _run(benchmark, bench_common.pgwire_arrow, binary_stream) == binary_stream.inserts
-    record(ARROW, binary_stream, benchmark)
+    assert _run(benchmark, bench_common.pgwire_arrow, stream) == stream.inserts
+    record(ARROW, stream, benchmark)
 
 
 def test_pypgoutput_arrow_text(benchmark: Any, text_stream: Stream) -> None:

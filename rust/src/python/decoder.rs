@@ -206,15 +206,8 @@ impl PyDecoder {
                 Some(l) => l?.extract::<u64>()?,
                 None => 0,
             };
-            let fed = match item.cast::<PyBytes>() {
-                Ok(bytes) => state.feed(bytes.as_bytes(), lsn),
-                Err(_) => state.feed(&item.extract::<PyBackedBytes>()?, lsn),
-            };
-            fed.map_err(|e| decode_error(py, &e, Some(i)))?;
-            if i % YIELD_EVERY == YIELD_EVERY - 1 {
-                py.check_signals()?;
-                py.detach(|| ());
-            }
+            feed_item(py, &mut state, &item, lsn, i)?;
+            pause_now_and_then(py, i)?;
         }
         Ok(())
     }
@@ -276,24 +269,37 @@ fn feed_list(
             None => 0,
         };
         prefetch_message(messages, i + PREFETCH_AHEAD);
-        let fed = match borrowed_item(messages, i) {
-            Some(item) => match item.cast::<PyBytes>() {
-                // Only Rust code runs while the bytes are borrowed, so the list cannot
-                // change and drop them meanwhile.
-                Ok(bytes) => state.feed(bytes.as_bytes(), lsn),
-                Err(_) => {
-                    let owned = item.extract::<PyBackedBytes>()?;
-                    state.feed(&owned, lsn)
-                }
-            },
-            None => return Err(messages.get_item(i).err().unwrap_or_else(list_changed)),
-        };
-        fed.map_err(|e| decode_error(py, &e, Some(i)))?;
-        if i % YIELD_EVERY == YIELD_EVERY - 1 {
-            py.check_signals()?;
-            py.detach(|| ());
-        }
+        // Emptied by the Python code an LSN ran, or by another thread.
+        let item = borrowed_item(messages, i).ok_or_else(list_changed)?;
+        // Only Rust code runs while the message is borrowed, so the list cannot change and
+        // drop it meanwhile.
+        feed_item(py, state, &item, lsn, i)?;
+        pause_now_and_then(py, i)?;
         i += 1;
+    }
+    Ok(())
+}
+
+/// Feeds message `i` of a `feed_many` call: `bytes` read in place, `bytearray` copied.
+fn feed_item(
+    py: Python<'_>,
+    state: &mut State,
+    item: &Bound<'_, PyAny>,
+    lsn: u64,
+    i: usize,
+) -> PyResult<()> {
+    let fed = match item.cast::<PyBytes>() {
+        Ok(bytes) => state.feed(bytes.as_bytes(), lsn),
+        Err(_) => state.feed(&item.extract::<PyBackedBytes>()?, lsn),
+    };
+    fed.map_err(|e| decode_error(py, &e, Some(i)))
+}
+
+/// Every `YIELD_EVERY` messages, lets other threads run and checks for Ctrl-C.
+fn pause_now_and_then(py: Python<'_>, i: usize) -> PyResult<()> {
+    if i % YIELD_EVERY == YIELD_EVERY - 1 {
+        py.check_signals()?;
+        py.detach(|| ());
     }
     Ok(())
 }
