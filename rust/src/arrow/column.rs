@@ -191,8 +191,63 @@ pub struct ColumnBuilder {
     /// The Arrow type of the values (of the elements, for an array column).
     data_type: DataType,
     kind: Kind,
+    /// How [`ColumnBuilder::append_binary_fast`] appends a binary value of this column.
+    fast: FastBinary,
     scratch: String,
     bytes: Vec<u8>,
+}
+
+/// The binary-format values of the usual types that are appended in place, without the
+/// layers of the general path (which also checks them, and reports errors): chosen once
+/// per column, so each value costs one branch to reach its builder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FastBinary {
+    /// int8: 8 bytes, big-endian.
+    Int8,
+    /// float8: the IEEE bits, big-endian.
+    Float8,
+    /// bool: one byte, non-zero is true (as `boolrecv` reads it).
+    Bool,
+    /// timestamp, timestamptz: microseconds since 2000-01-01, the extremes are infinities.
+    Timestamp,
+    /// numeric into decimal128.
+    Decimal,
+    /// Text types whose send format is the text itself (text, varchar, bpchar, name, json,
+    /// ...): stored as sent when ASCII.
+    Text,
+    /// jsonb: version byte 1, then the JSON text.
+    Jsonb,
+    /// uuid: 16 bytes, stored as the canonical text.
+    Uuid,
+    /// Everything else: the general path.
+    No,
+}
+
+impl FastBinary {
+    fn of(scalar: Option<Scalar>, kind: &Kind) -> Self {
+        match (kind, scalar) {
+            (Kind::Int64(_), Some(Scalar::Int8)) => Self::Int8,
+            (Kind::Float64(_), _) => Self::Float8,
+            (Kind::Bool(_), _) => Self::Bool,
+            (Kind::Timestamp(_), _) => Self::Timestamp,
+            (Kind::Decimal(..), _) => Self::Decimal,
+            (Kind::Utf8(_), Some(Scalar::Jsonb)) => Self::Jsonb,
+            (Kind::Utf8(_), Some(Scalar::Uuid)) => Self::Uuid,
+            // The types `text_of` passes on as sent.
+            (
+                Kind::Utf8(_),
+                Some(
+                    Scalar::Text
+                    | Scalar::Varchar
+                    | Scalar::Bpchar
+                    | Scalar::Name
+                    | Scalar::Xml
+                    | Scalar::Json,
+                ),
+            ) => Self::Text,
+            _ => Self::No,
+        }
+    }
 }
 
 impl ColumnBuilder {
@@ -212,6 +267,7 @@ impl ColumnBuilder {
                     offsets: Slot::offsets(),
                     valid: Validity::default(),
                 }),
+                fast: FastBinary::No,
                 scratch: String::new(),
                 bytes: Vec::new(),
             },
@@ -219,6 +275,7 @@ impl ColumnBuilder {
                 scalar: None,
                 data_type: DataType::Utf8,
                 kind: Kind::Utf8(Utf8::default()),
+                fast: FastBinary::No,
                 scratch: String::new(),
                 bytes: Vec::new(),
             },
@@ -248,6 +305,7 @@ impl ColumnBuilder {
         Self {
             scalar: Some(s),
             data_type,
+            fast: FastBinary::of(Some(s), &kind),
             kind,
             scratch: String::new(),
             bytes: Vec::new(),
@@ -274,27 +332,26 @@ impl ColumnBuilder {
         result
     }
 
-    /// The fixed-width binary values of the usual types (int8, float8, bool, timestamp,
-    /// timestamptz), appended in place without the general path's calls; whether it
-    /// appended. Anything else, including a wrong length or an infinite timestamp, is
-    /// left to [`ColumnBuilder::append_raw`], which also reports the error.
+    /// A binary value of the usual types ([`FastBinary`]) appended in place; whether it
+    /// was. Anything else, including a wrong length, an infinite timestamp, non-ASCII text
+    /// or a numeric the decimal cannot hold, is left to [`ColumnBuilder::append`], which
+    /// also reports the error.
     #[inline(always)]
-    pub fn append_fixed_binary(&mut self, b: &[u8]) -> bool {
-        match (&mut self.kind, self.scalar) {
-            (Kind::Int64(col), Some(Scalar::Int8)) => match b.try_into() {
+    pub fn append_binary_fast(&mut self, b: &[u8]) -> bool {
+        match (self.fast, &mut self.kind) {
+            (FastBinary::Int8, Kind::Int64(col)) => match b.try_into() {
                 Ok(bytes) => col.push(i64::from_be_bytes(bytes)),
                 Err(_) => return false,
             },
-            (Kind::Float64(col), _) => match b.try_into() {
+            (FastBinary::Float8, Kind::Float64(col)) => match b.try_into() {
                 Ok(bytes) => col.push(f64::from_bits(u64::from_be_bytes(bytes))),
                 Err(_) => return false,
             },
-            (Kind::Bool(col), _) => match b {
-                // Any non-zero byte is true, as `boolrecv` reads it.
+            (FastBinary::Bool, Kind::Bool(col)) => match b {
                 &[byte] => col.append_value(byte != 0),
                 _ => return false,
             },
-            (Kind::Timestamp(col), _) => {
+            (FastBinary::Timestamp, Kind::Timestamp(col)) => {
                 let micros = match b.try_into() {
                     Ok(bytes) => i64::from_be_bytes(bytes),
                     Err(_) => return false,
@@ -303,6 +360,25 @@ impl ColumnBuilder {
                 match micros.checked_add(PG_EPOCH_MICROS) {
                     Some(m) if micros != i64::MAX && micros != i64::MIN => col.push(m),
                     _ => return false,
+                }
+            }
+            (FastBinary::Decimal, Kind::Decimal(col, spec)) => {
+                match crate::values::numeric::binary_to_decimal(b, *spec) {
+                    Ok(v) => col.push(v),
+                    Err(_) => return false,
+                }
+            }
+            (FastBinary::Text, Kind::Utf8(col)) => return matches!(col.push_ascii(b), Ok(true)),
+            (FastBinary::Jsonb, Kind::Utf8(col)) => {
+                return match b.split_first() {
+                    Some((1, json)) => matches!(col.push_ascii(json), Ok(true)),
+                    _ => false,
+                }
+            }
+            (FastBinary::Uuid, Kind::Utf8(col)) => {
+                return match uuid::binary(b) {
+                    Ok(uuid) => matches!(col.push_ascii(uuid.as_bytes()), Ok(true)),
+                    Err(_) => false,
                 }
             }
             _ => return false,
@@ -584,30 +660,75 @@ mod tests {
 
     use super::*;
 
+    /// numeric_send bytes: digit count, weight, sign, display scale, base-10000 digits.
+    fn numeric(digits: &[u16], weight: i16, sign: u16, dscale: u16) -> Vec<u8> {
+        let mut b = Vec::new();
+        for part in [digits.len() as i16, weight, sign as i16, dscale as i16] {
+            b.extend_from_slice(&part.to_be_bytes());
+        }
+        for d in digits {
+            b.extend_from_slice(&d.to_be_bytes());
+        }
+        b
+    }
+
+    /// Binary values of every shape the in-place path meets: arbitrary bytes, ASCII and
+    /// other UTF-8 text with and without jsonb's version byte, 16-byte uuids, 8-byte
+    /// integers and their extremes, single bytes, numerics in and out of range.
+    fn binary_values() -> impl Strategy<Value = Vec<Vec<u8>>> {
+        proptest::collection::vec(
+            prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..40),
+                "[ -~]{0,40}".prop_map(String::into_bytes),
+                "\\PC{0,12}".prop_map(String::into_bytes),
+                (0_u8..3, "[ -~é☃]{0,40}").prop_map(|(v, s)| [&[v][..], s.as_bytes()].concat()),
+                proptest::collection::vec(any::<u8>(), 16..=16),
+                any::<i64>().prop_map(|v| v.to_be_bytes().to_vec()),
+                Just(i64::MAX.to_be_bytes().to_vec()),
+                Just(i64::MIN.to_be_bytes().to_vec()),
+                Just((i64::MAX - 5).to_be_bytes().to_vec()),
+                any::<u8>().prop_map(|b| vec![b]),
+                (
+                    proptest::collection::vec(0_u16..10_000, 0..5),
+                    -3_i16..8,
+                    0_u16..4
+                )
+                    .prop_map(|(d, w, s)| numeric(
+                        &d,
+                        w,
+                        if s == 1 { 0x4000 } else { 0 },
+                        s
+                    )),
+                Just(numeric(&[], 0, 0xC000, 0)),
+                Just(numeric(&[1], 40, 0, 0)),
+            ],
+            0..20,
+        )
+    }
+
     proptest! {
-        /// The in-place path for fixed-width binary values builds what the general path
-        /// builds from the same bytes, or leaves them to it (errors included).
+        /// The in-place path for binary values builds what the general path builds from the
+        /// same bytes, or leaves them to it (errors included).
         #[test]
-        fn fixed_binary_path_matches_the_general_path(
-            oid in prop_oneof![Just(20_u32), Just(701), Just(16), Just(1114), Just(1184), Just(23), Just(26)],
-            values in proptest::collection::vec(
-                prop_oneof![
-                    proptest::collection::vec(any::<u8>(), 0..10),
-                    any::<i64>().prop_map(|v| v.to_be_bytes().to_vec()),
-                    Just(i64::MAX.to_be_bytes().to_vec()),
-                    Just(i64::MIN.to_be_bytes().to_vec()),
-                    Just((i64::MAX - 5).to_be_bytes().to_vec()),
-                    any::<u8>().prop_map(|b| vec![b]),
-                ],
-                0..20,
-            ),
+        fn binary_fast_path_matches_the_general_path(
+            (oid, typmod) in prop_oneof![
+                Just((20_u32, -1)), Just((701, -1)), Just((16, -1)), Just((1114, -1)),
+                Just((1184, -1)), Just((23, -1)), Just((26, -1)),
+                // numeric(12,2), numeric(38,0), numeric(5,4), numeric without modifier
+                Just((1700, (12 << 16 | 2) + 4)), Just((1700, (38 << 16) + 4)),
+                Just((1700, (5 << 16 | 4) + 4)), Just((1700, -1)),
+                Just((25, -1)), Just((1043, 14)), Just((1042, 9)), Just((19, -1)),
+                Just((114, -1)), Just((142, -1)), Just((3802, -1)), Just((2950, -1)),
+                Just((869, -1)),
+            ],
+            values in binary_values(),
         ) {
-            let mut fast = ColumnBuilder::new(oid, -1);
-            let mut general = ColumnBuilder::new(oid, -1);
+            let mut fast = ColumnBuilder::new(oid, typmod);
+            let mut general = ColumnBuilder::new(oid, typmod);
             for value in &values {
                 let datum = Datum::Binary(value);
                 let expected = general.append(&datum, true);
-                let got = if fast.append_fixed_binary(value) {
+                let got = if fast.append_binary_fast(value) {
                     Ok(())
                 } else {
                     fast.append(&datum, true)

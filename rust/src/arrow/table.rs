@@ -488,7 +488,7 @@ fn push_name(column: &mut Utf8, name: &str) {
 /// and whether the row holds an unchanged-TOAST marker.
 ///
 /// `BINARY` (the stream's format): fixed-width binary values are appended in place first
-/// ([`ColumnBuilder::append_fixed_binary`]); a separate instance, so the text format's
+/// ([`ColumnBuilder::append_binary_fast`]); a separate instance, so the text format's
 /// loop stays as it was.
 fn append_values<const BINARY: bool>(
     builders: &mut [ColumnBuilder],
@@ -501,7 +501,7 @@ fn append_values<const BINARY: bool>(
         match row.get(i) {
             Some(d @ (Datum::Text(_) | Datum::Binary(_))) if failed.is_none() => {
                 if let (true, Datum::Binary(b)) = (BINARY, d) {
-                    if builder.append_fixed_binary(b) {
+                    if builder.append_binary_fast(b) {
                         continue;
                     }
                 }
