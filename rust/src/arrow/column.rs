@@ -191,63 +191,89 @@ pub struct ColumnBuilder {
     /// The Arrow type of the values (of the elements, for an array column).
     data_type: DataType,
     kind: Kind,
-    /// How [`ColumnBuilder::append_binary_fast`] appends a binary value of this column.
-    fast: FastBinary,
+    /// How [`ColumnBuilder::append_binary_fast`] and [`ColumnBuilder::append_text_fast`]
+    /// append a value of this column.
+    fast: Fast,
     scratch: String,
     bytes: Vec<u8>,
 }
 
-/// The binary-format values of the usual types that are appended in place, without the
-/// layers of the general path (which also checks them, and reports errors): chosen once
-/// per column, so each value costs one branch to reach its builder.
+/// The values of the usual types, which are appended in place without the layers of the
+/// general path (that path also handles every other type and reports errors): chosen once
+/// per column, so each value costs one branch to reach its parser and builder. Measured on
+/// the benchmark table, the layers cost about 100 instructions a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FastBinary {
-    /// int8: 8 bytes, big-endian.
+enum Fast {
+    Int2,
+    Int4,
     Int8,
-    /// float8: the IEEE bits, big-endian.
+    Float4,
     Float8,
-    /// bool: one byte, non-zero is true (as `boolrecv` reads it).
     Bool,
-    /// timestamp, timestamptz: microseconds since 2000-01-01, the extremes are infinities.
+    Date,
     Timestamp,
+    TimestampTz,
     /// numeric into decimal128.
     Decimal,
-    /// Text types whose send format is the text itself (text, varchar, bpchar, name, json,
-    /// ...): stored as sent when ASCII.
+    /// Text types whose text and send formats are the text itself (text, varchar, bpchar,
+    /// name, json, xml): stored as sent (binary: when ASCII).
     Text,
-    /// jsonb: version byte 1, then the JSON text.
+    /// jsonb: the text as sent; binary: version byte 1, then the text.
     Jsonb,
-    /// uuid: 16 bytes, stored as the canonical text.
+    /// uuid: 16 bytes, or the canonical text as PostgreSQL prints it.
     Uuid,
     /// Everything else: the general path.
     No,
 }
 
-impl FastBinary {
-    fn of(scalar: Option<Scalar>, kind: &Kind) -> Self {
+impl Fast {
+    fn of(scalar: Scalar, kind: &Kind) -> Self {
         match (kind, scalar) {
-            (Kind::Int64(_), Some(Scalar::Int8)) => Self::Int8,
+            (Kind::Int16(_), _) => Self::Int2,
+            (Kind::Int32(_), Scalar::Int4) => Self::Int4,
+            (Kind::Int64(_), Scalar::Int8) => Self::Int8,
+            (Kind::Float32(_), _) => Self::Float4,
             (Kind::Float64(_), _) => Self::Float8,
             (Kind::Bool(_), _) => Self::Bool,
-            (Kind::Timestamp(_), _) => Self::Timestamp,
+            (Kind::Date32(_), _) => Self::Date,
+            (Kind::Timestamp(_), Scalar::Timestamp) => Self::Timestamp,
+            (Kind::Timestamp(_), Scalar::TimestampTz) => Self::TimestampTz,
             (Kind::Decimal(..), _) => Self::Decimal,
-            (Kind::Utf8(_), Some(Scalar::Jsonb)) => Self::Jsonb,
-            (Kind::Utf8(_), Some(Scalar::Uuid)) => Self::Uuid,
+            (Kind::Utf8(_), Scalar::Jsonb) => Self::Jsonb,
+            (Kind::Utf8(_), Scalar::Uuid) => Self::Uuid,
             // The types `text_of` passes on as sent.
             (
                 Kind::Utf8(_),
-                Some(
-                    Scalar::Text
-                    | Scalar::Varchar
-                    | Scalar::Bpchar
-                    | Scalar::Name
-                    | Scalar::Xml
-                    | Scalar::Json,
-                ),
+                Scalar::Text
+                | Scalar::Varchar
+                | Scalar::Bpchar
+                | Scalar::Name
+                | Scalar::Xml
+                | Scalar::Json,
             ) => Self::Text,
             _ => Self::No,
         }
     }
+}
+
+/// The builder of a [`Kind`] variant, which [`Fast`] implies: one comparison, then the
+/// builder; the enclosing function returns false on a mismatch (never, by construction).
+macro_rules! builder {
+    ($kind:expr, $variant:ident) => {{
+        let Kind::$variant(col) = &mut $kind else {
+            return false;
+        };
+        col
+    }};
+}
+
+/// Pushes a parsed value; whether there was one.
+#[inline(always)]
+fn push_parsed<T: arrow_buffer::ArrowNativeType>(
+    col: &mut Fixed<T>,
+    value: Result<T, ValueError>,
+) -> bool {
+    value.map(|v| col.push(v)).is_ok()
 }
 
 impl ColumnBuilder {
@@ -267,7 +293,7 @@ impl ColumnBuilder {
                     offsets: Slot::offsets(),
                     valid: Validity::default(),
                 }),
-                fast: FastBinary::No,
+                fast: Fast::No,
                 scratch: String::new(),
                 bytes: Vec::new(),
             },
@@ -275,7 +301,7 @@ impl ColumnBuilder {
                 scalar: None,
                 data_type: DataType::Utf8,
                 kind: Kind::Utf8(Utf8::default()),
-                fast: FastBinary::No,
+                fast: Fast::No,
                 scratch: String::new(),
                 bytes: Vec::new(),
             },
@@ -305,7 +331,7 @@ impl ColumnBuilder {
         Self {
             scalar: Some(s),
             data_type,
-            fast: FastBinary::of(Some(s), &kind),
+            fast: Fast::of(s, &kind),
             kind,
             scratch: String::new(),
             bytes: Vec::new(),
@@ -332,58 +358,108 @@ impl ColumnBuilder {
         result
     }
 
-    /// A binary value of the usual types ([`FastBinary`]) appended in place; whether it
-    /// was. Anything else, including a wrong length, an infinite timestamp, non-ASCII text
-    /// or a numeric the decimal cannot hold, is left to [`ColumnBuilder::append`], which
-    /// also reports the error.
+    /// A binary value of the usual types ([`Fast`]) appended in place; whether it was.
+    /// Anything else, including a wrong length, an infinite timestamp, non-ASCII text or a
+    /// numeric the decimal cannot hold, is left to [`ColumnBuilder::append`], which also
+    /// reports the error.
     #[inline(always)]
     pub fn append_binary_fast(&mut self, b: &[u8]) -> bool {
-        match (self.fast, &mut self.kind) {
-            (FastBinary::Int8, Kind::Int64(col)) => match b.try_into() {
-                Ok(bytes) => col.push(i64::from_be_bytes(bytes)),
+        let raw = Raw::Binary(b);
+        // A switch on `fast`, then one comparison of the builder's kind: cheaper than one
+        // switch on both (20 instructions a value fewer, callgrind).
+        match self.fast {
+            // The most common fixed-width values, decoded right here.
+            Fast::Int8 => match b.try_into() {
+                Ok(bytes) => builder!(self.kind, Int64).push(i64::from_be_bytes(bytes)),
                 Err(_) => return false,
             },
-            (FastBinary::Float8, Kind::Float64(col)) => match b.try_into() {
-                Ok(bytes) => col.push(f64::from_bits(u64::from_be_bytes(bytes))),
+            Fast::Float8 => match b.try_into() {
+                Ok(bytes) => {
+                    builder!(self.kind, Float64).push(f64::from_bits(u64::from_be_bytes(bytes)))
+                }
                 Err(_) => return false,
             },
-            (FastBinary::Bool, Kind::Bool(col)) => match b {
-                &[byte] => col.append_value(byte != 0),
+            Fast::Bool => match b {
+                // Any non-zero byte is true, as `boolrecv` reads it.
+                &[byte] => builder!(self.kind, Bool).append_value(byte != 0),
                 _ => return false,
             },
-            (FastBinary::Timestamp, Kind::Timestamp(col)) => {
+            Fast::Timestamp | Fast::TimestampTz => {
                 let micros = match b.try_into() {
                     Ok(bytes) => i64::from_be_bytes(bytes),
                     Err(_) => return false,
                 };
                 // i64::MIN and i64::MAX are the infinities.
                 match micros.checked_add(PG_EPOCH_MICROS) {
-                    Some(m) if micros != i64::MAX && micros != i64::MIN => col.push(m),
+                    Some(m) if micros != i64::MAX && micros != i64::MIN => {
+                        builder!(self.kind, Timestamp).push(m)
+                    }
                     _ => return false,
                 }
             }
-            (FastBinary::Decimal, Kind::Decimal(col, spec)) => {
-                match crate::values::numeric::binary_to_decimal(b, *spec) {
-                    Ok(v) => col.push(v),
-                    Err(_) => return false,
-                }
+            Fast::Int2 => return push_parsed(builder!(self.kind, Int16), raw.int2()),
+            Fast::Int4 => return push_parsed(builder!(self.kind, Int32), raw.int4()),
+            Fast::Float4 => return push_parsed(builder!(self.kind, Float32), raw.float4()),
+            Fast::Date => return push_parsed(builder!(self.kind, Date32), raw.date()),
+            Fast::Decimal => {
+                let Kind::Decimal(col, spec) = &mut self.kind else {
+                    return false;
+                };
+                return push_parsed(col, raw.numeric_decimal(*spec));
             }
-            (FastBinary::Text, Kind::Utf8(col)) => return matches!(col.push_ascii(b), Ok(true)),
-            (FastBinary::Jsonb, Kind::Utf8(col)) => {
+            Fast::Text => return matches!(builder!(self.kind, Utf8).push_ascii(b), Ok(true)),
+            Fast::Jsonb => {
                 return match b.split_first() {
-                    Some((1, json)) => matches!(col.push_ascii(json), Ok(true)),
+                    Some((1, json)) => {
+                        matches!(builder!(self.kind, Utf8).push_ascii(json), Ok(true))
+                    }
                     _ => false,
                 }
             }
-            (FastBinary::Uuid, Kind::Utf8(col)) => {
+            Fast::Uuid => {
                 return match uuid::binary(b) {
-                    Ok(uuid) => matches!(col.push_ascii(uuid.as_bytes()), Ok(true)),
+                    Ok(uuid) => matches!(
+                        builder!(self.kind, Utf8).push_ascii(uuid.as_bytes()),
+                        Ok(true)
+                    ),
                     Err(_) => false,
                 }
             }
-            _ => return false,
+            Fast::No => return false,
         }
         true
+    }
+
+    /// A text value of the usual types ([`Fast`]) appended in place; whether it was.
+    /// Anything else, including a value that does not parse or cannot be represented, is
+    /// left to [`ColumnBuilder::append`], which also reports the error.
+    #[inline(always)]
+    pub fn append_text_fast(&mut self, s: &str) -> bool {
+        let raw = Raw::Text(s);
+        match self.fast {
+            Fast::Int2 => push_parsed(builder!(self.kind, Int16), raw.int2()),
+            Fast::Int4 => push_parsed(builder!(self.kind, Int32), raw.int4()),
+            Fast::Int8 => push_parsed(builder!(self.kind, Int64), raw.int8()),
+            Fast::Float4 => push_parsed(builder!(self.kind, Float32), raw.float4()),
+            Fast::Float8 => push_parsed(builder!(self.kind, Float64), raw.float8()),
+            Fast::Bool => {
+                let col = builder!(self.kind, Bool);
+                raw.bool().map(|v| col.append_value(v)).is_ok()
+            }
+            Fast::Date => push_parsed(builder!(self.kind, Date32), raw.date()),
+            Fast::Timestamp => push_parsed(builder!(self.kind, Timestamp), raw.timestamp()),
+            Fast::TimestampTz => push_parsed(builder!(self.kind, Timestamp), raw.timestamptz()),
+            Fast::Decimal => {
+                let Kind::Decimal(col, spec) = &mut self.kind else {
+                    return false;
+                };
+                push_parsed(col, raw.numeric_decimal(*spec))
+            }
+            Fast::Text | Fast::Jsonb => builder!(self.kind, Utf8).push(s).is_ok(),
+            // As PostgreSQL prints it: stored as it is.
+            Fast::Uuid => uuid::is_canonical(s) && builder!(self.kind, Utf8).push(s).is_ok(),
+            Fast::No => false,
+        }
     }
 
     /// Appends a non-NULL value. On error a scalar has appended nothing; a list has
@@ -713,7 +789,8 @@ mod tests {
         fn binary_fast_path_matches_the_general_path(
             (oid, typmod) in prop_oneof![
                 Just((20_u32, -1)), Just((701, -1)), Just((16, -1)), Just((1114, -1)),
-                Just((1184, -1)), Just((23, -1)), Just((26, -1)),
+                Just((1184, -1)), Just((23, -1)), Just((26, -1)), Just((21, -1)),
+                Just((700, -1)), Just((1082, -1)),
                 // numeric(12,2), numeric(38,0), numeric(5,4), numeric without modifier
                 Just((1700, (12 << 16 | 2) + 4)), Just((1700, (38 << 16) + 4)),
                 Just((1700, (5 << 16 | 4) + 4)), Just((1700, -1)),
@@ -732,6 +809,116 @@ mod tests {
                     Ok(())
                 } else {
                     fast.append(&datum, true)
+                };
+                prop_assert_eq!(got.is_ok(), expected.is_ok());
+            }
+            let mut recycler = Recycler::default();
+            let (fast, general) = (fast.finish(&mut recycler), general.finish(&mut recycler));
+            prop_assert!(fast.is_ok());
+            prop_assert_eq!(fast.ok(), general.ok());
+        }
+    }
+
+    /// Text values of every shape the in-place path meets: arbitrary text, and values of
+    /// each type it parses, in range and out of it, in the forms PostgreSQL prints and
+    /// others.
+    fn text_values() -> impl Strategy<Value = Vec<String>> {
+        proptest::collection::vec(
+            prop_oneof![
+                "\\PC{0,20}",
+                "[ -~]{0,12}",
+                any::<i64>().prop_map(|v| v.to_string()),
+                any::<i32>().prop_map(|v| v.to_string()),
+                any::<i16>().prop_map(|v| v.to_string()),
+                Just("32768".to_owned()),
+                Just("9223372036854775808".to_owned()),
+                any::<f64>().prop_map(|v| v.to_string()),
+                any::<f32>().prop_map(|v| v.to_string()),
+                prop_oneof![
+                    Just("NaN"),
+                    Just("Infinity"),
+                    Just("-Infinity"),
+                    Just("1e308"),
+                    Just("1e400"),
+                    Just("-0"),
+                    Just("t"),
+                    Just("f"),
+                    Just("true"),
+                    Just("yes"),
+                    Just("2024-02-29"),
+                    Just("2023-02-29"),
+                    Just("0001-01-01 BC"),
+                    Just("infinity"),
+                    Just("-infinity"),
+                    Just("5874897-12-31"),
+                    Just("2024-01-01 12:34:56.123456"),
+                    Just("2024-01-01 12:34:56+02"),
+                    Just("2024-01-01 12:34:56.5-03:30"),
+                    Just("294277-01-01 00:00:00"),
+                    Just("2000-01-01 24:00:00"),
+                    Just("12.34"),
+                    Just("-0.01"),
+                    Just("12.345"),
+                    Just("99999999999.99"),
+                    Just("{\"a\": 1}"),
+                ]
+                .prop_map(str::to_owned),
+                (-10_000_000_000_i64..10_000_000_000, 0_u32..4).prop_map(|(v, scale)| {
+                    let p = 10_i64.pow(scale);
+                    let sign = if v < 0 { "-" } else { "" };
+                    let (int, frac) = (v.unsigned_abs() / p as u64, v.unsigned_abs() % p as u64);
+                    match scale {
+                        0 => format!("{sign}{int}"),
+                        _ => format!("{sign}{int}.{frac:0width$}", width = scale as usize),
+                    }
+                }),
+                (any::<u128>(), any::<bool>()).prop_map(|(v, upper)| {
+                    let h = format!("{v:032x}");
+                    let u = format!(
+                        "{}-{}-{}-{}-{}",
+                        &h[..8],
+                        &h[8..12],
+                        &h[12..16],
+                        &h[16..20],
+                        &h[20..]
+                    );
+                    if upper {
+                        u.to_uppercase()
+                    } else {
+                        u
+                    }
+                }),
+            ],
+            0..20,
+        )
+    }
+
+    proptest! {
+        /// The in-place path for text values builds what the general path builds from the
+        /// same text, or leaves it to it (errors included).
+        #[test]
+        fn text_fast_path_matches_the_general_path(
+            (oid, typmod) in prop_oneof![
+                Just((20_u32, -1)), Just((23, -1)), Just((21, -1)), Just((26, -1)),
+                Just((701, -1)), Just((700, -1)), Just((16, -1)), Just((1082, -1)),
+                Just((1114, -1)), Just((1184, -1)),
+                Just((1700, (12 << 16 | 2) + 4)), Just((1700, (38 << 16) + 4)),
+                Just((1700, (5 << 16 | 4) + 4)), Just((1700, -1)),
+                Just((25, -1)), Just((1043, 14)), Just((1042, 9)), Just((19, -1)),
+                Just((114, -1)), Just((142, -1)), Just((3802, -1)), Just((2950, -1)),
+                Just((869, -1)),
+            ],
+            values in text_values(),
+        ) {
+            let mut fast = ColumnBuilder::new(oid, typmod);
+            let mut general = ColumnBuilder::new(oid, typmod);
+            for value in &values {
+                let datum = Datum::Text(value);
+                let expected = general.append(&datum, false);
+                let got = if fast.append_text_fast(value) {
+                    Ok(())
+                } else {
+                    fast.append(&datum, false)
                 };
                 prop_assert_eq!(got.is_ok(), expected.is_ok());
             }

@@ -487,9 +487,9 @@ fn push_name(column: &mut Utf8, name: &str) {
 /// appended a null, so the columns stay aligned) the rest are nulls. Which one failed,
 /// and whether the row holds an unchanged-TOAST marker.
 ///
-/// `BINARY` (the stream's format): fixed-width binary values are appended in place first
-/// ([`ColumnBuilder::append_binary_fast`]); a separate instance, so the text format's
-/// loop stays as it was.
+/// Values of the usual types go in place first ([`ColumnBuilder::append_binary_fast`] and
+/// [`ColumnBuilder::append_text_fast`]); `BINARY` is the stream's format, one instance
+/// per format so each loop tries only its own.
 fn append_values<const BINARY: bool>(
     builders: &mut [ColumnBuilder],
     row: Option<&[Datum<'_>]>,
@@ -502,6 +502,11 @@ fn append_values<const BINARY: bool>(
             Some(d @ (Datum::Text(_) | Datum::Binary(_))) if failed.is_none() => {
                 if let (true, Datum::Binary(b)) = (BINARY, d) {
                     if builder.append_binary_fast(b) {
+                        continue;
+                    }
+                }
+                if let (false, Datum::Text(s)) = (BINARY, d) {
+                    if builder.append_text_fast(s) {
                         continue;
                     }
                 }
