@@ -11,6 +11,9 @@
 //!   (`Raw::to_text`) must read back to the same entry;
 //! * `value_formats`: send-format values of every mapped type, generated in shape (and the
 //!   binary captures' real ones), sometimes mutated: binary and text must agree;
+//!   in both of these, each value also goes through the in-place path of the usual types
+//!   (`append_binary_fast`, `append_text_fast`), which must build what the general path
+//!   builds;
 //! * `parse_lsn`: arbitrary strings;
 //! * `copy_binary`: COPY BINARY streams built from the golden captures' inserts (binary
 //!   captures: real send-format values; text captures: output text, which the binary
@@ -322,6 +325,42 @@ fn type_oids() -> Vec<u32> {
     oids
 }
 
+/// Appends `datum` to a new column of the type twice: through the general path, and
+/// through the in-place path of the usual types first (`append_binary_fast`,
+/// `append_text_fast`; the general path for what they leave), as the change tables do.
+/// Both must succeed or fail alike and build the same array; the general path's result
+/// and array are returned.
+fn append_both_ways(oid: u32, typmod: i32, datum: &Datum<'_>) -> Result<Appended, TestCaseError> {
+    let binary = matches!(datum, Datum::Binary(_));
+    let mut general = ColumnBuilder::new(oid, typmod);
+    let result = general.append(datum, binary);
+    let mut fast = ColumnBuilder::new(oid, typmod);
+    let fast_result = fast.append_in_place_first(datum);
+    prop_assert_eq!(
+        fast_result.is_ok(),
+        result.is_ok(),
+        "in-place path, type {} ({})",
+        oid,
+        typmod
+    );
+    let general = general.finish(&mut Recycler::default());
+    let fast = fast.finish(&mut Recycler::default());
+    match (&general, &fast) {
+        (Ok(g), Ok(f)) => prop_assert!(
+            g.to_data() == f.to_data(),
+            "in-place path, type {oid} ({typmod}): {g:?} != {f:?}"
+        ),
+        _ => prop_assert_eq!(general.is_ok(), fast.is_ok()),
+    }
+    Ok((result, general))
+}
+
+/// A value appended to a new column: the append's result and the finished array.
+type Appended = (
+    Result<(), pgwire_cdc::values::ValueError>,
+    Result<arrow_array::ArrayRef, arrow_schema::ArrowError>,
+);
+
 /// The text fallback of a value (`Raw::to_text`), read back as text, must give the column
 /// the same entry as the value itself: the same array, or an error of the same kind. For
 /// a binary value this is the module's promise that both formats of a value agree.
@@ -330,18 +369,13 @@ fn check_text_form(oid: u32, typmod: i32, raw: Raw<'_>) -> Result<(), TestCaseEr
         Raw::Text(s) => Datum::Text(s),
         Raw::Binary(b) => Datum::Binary(b),
     };
-    let binary = matches!(raw, Raw::Binary(_));
-    let mut direct = ColumnBuilder::new(oid, typmod);
-    let first = direct.append(&datum, binary);
-    let direct = direct.finish(&mut Recycler::default());
+    let (first, direct) = append_both_ways(oid, typmod, &datum)?;
     prop_assert_eq!(direct.as_ref().map_or(0, |a| a.len()), 1);
     let mut scratch = String::new();
     let Ok(text) = raw.to_text(PgType::from_oid(oid, typmod), &mut scratch) else {
         return Ok(());
     };
-    let mut again = ColumnBuilder::new(oid, typmod);
-    let second = again.append(&Datum::Text(text), false);
-    let again = again.finish(&mut Recycler::default());
+    let (second, again) = append_both_ways(oid, typmod, &Datum::Text(text))?;
     prop_assert_eq!(
         first.map_err(|e| e.kind),
         second.map_err(|e| e.kind),
