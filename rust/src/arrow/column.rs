@@ -366,7 +366,7 @@ impl ColumnBuilder {
     pub fn append_binary_fast(&mut self, b: &[u8]) -> bool {
         let raw = Raw::Binary(b);
         // A switch on `fast`, then one comparison of the builder's kind: cheaper than one
-        // switch on both (20 instructions a value fewer, callgrind).
+        // switch on both (about 10 instructions a value fewer, callgrind).
         match self.fast {
             // The most common fixed-width values, decoded right here.
             Fast::Int8 => match b.try_into() {
@@ -464,18 +464,33 @@ impl ColumnBuilder {
 
     /// Appends one entry the way the change tables do: a value of the usual types in place
     /// ([`ColumnBuilder::append_binary_fast`], [`ColumnBuilder::append_text_fast`]),
-    /// anything else (and whatever they leave) through [`ColumnBuilder::append`]. The
-    /// tables' loop does the same with the format known in advance.
-    pub fn append_in_place_first(&mut self, datum: &Datum<'_>) -> Result<(), ValueError> {
-        let (in_place, binary) = match *datum {
-            Datum::Binary(b) => (self.append_binary_fast(b), true),
-            Datum::Text(t) => (self.append_text_fast(t), false),
-            Datum::Null | Datum::UnchangedToast => (false, false),
+    /// anything else (and whatever they leave) through [`ColumnBuilder::append`].
+    /// `BINARY` is the stream's format: the tables' loop has one instance per format, so
+    /// each tries only its own in-place path (2 % fewer instructions a binary row than
+    /// deciding by the value).
+    #[inline(always)]
+    pub fn append_in_format<const BINARY: bool>(
+        &mut self,
+        datum: &Datum<'_>,
+    ) -> Result<(), ValueError> {
+        let in_place = match *datum {
+            Datum::Binary(b) if BINARY => self.append_binary_fast(b),
+            Datum::Text(t) if !BINARY => self.append_text_fast(t),
+            _ => false,
         };
         if in_place {
             Ok(())
         } else {
-            self.append(datum, binary)
+            self.append(datum, BINARY)
+        }
+    }
+
+    /// [`ColumnBuilder::append_in_format`] in the value's own format.
+    pub fn append_in_place_first(&mut self, datum: &Datum<'_>) -> Result<(), ValueError> {
+        if matches!(datum, Datum::Binary(_)) {
+            self.append_in_format::<true>(datum)
+        } else {
+            self.append_in_format::<false>(datum)
         }
     }
 
@@ -849,19 +864,6 @@ mod tests {
         )
     }
 
-    proptest! {
-        /// The in-place path for binary values builds what the general path builds from the
-        /// same bytes, or leaves them to it (errors included).
-        #[test]
-        fn binary_fast_path_matches_the_general_path(
-            (oid, typmod) in fast_types(),
-            values in binary_values(),
-        ) {
-            let data: Vec<Datum<'_>> = values.iter().map(|v| Datum::Binary(v)).collect();
-            check_fast_path(oid, typmod, &data)?;
-        }
-    }
-
     /// Text values of every shape the in-place path meets: arbitrary text, and values of
     /// each type it parses, in range and out of it, in the forms PostgreSQL prints and
     /// others.
@@ -937,14 +939,17 @@ mod tests {
     }
 
     proptest! {
-        /// The in-place path for text values builds what the general path builds from the
-        /// same text, or leaves it to it (errors included).
+        /// The in-place path builds what the general path builds from the same values, in
+        /// either format, or leaves them to it (errors included).
         #[test]
-        fn text_fast_path_matches_the_general_path(
+        fn fast_path_matches_the_general_path(
             (oid, typmod) in fast_types(),
-            values in text_values(),
+            binary in binary_values(),
+            text in text_values(),
         ) {
-            let data: Vec<Datum<'_>> = values.iter().map(|v| Datum::Text(v)).collect();
+            let data: Vec<Datum<'_>> = binary.iter().map(|v| Datum::Binary(v)).collect();
+            check_fast_path(oid, typmod, &data)?;
+            let data: Vec<Datum<'_>> = text.iter().map(|v| Datum::Text(v)).collect();
             check_fast_path(oid, typmod, &data)?;
         }
     }

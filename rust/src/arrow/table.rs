@@ -487,9 +487,8 @@ fn push_name(column: &mut Utf8, name: &str) {
 /// appended a null, so the columns stay aligned) the rest are nulls. Which one failed,
 /// and whether the row holds an unchanged-TOAST marker.
 ///
-/// Values of the usual types go in place first ([`ColumnBuilder::append_binary_fast`] and
-/// [`ColumnBuilder::append_text_fast`]); `BINARY` is the stream's format, one instance
-/// per format so each loop tries only its own.
+/// Each value goes through [`ColumnBuilder::append_in_format`] (the usual types in place,
+/// anything else through the general path); `BINARY` is the stream's format.
 fn append_values<const BINARY: bool>(
     builders: &mut [ColumnBuilder],
     row: Option<&[Datum<'_>]>,
@@ -500,17 +499,7 @@ fn append_values<const BINARY: bool>(
     for (i, builder) in builders.iter_mut().enumerate() {
         match row.get(i) {
             Some(d @ (Datum::Text(_) | Datum::Binary(_))) if failed.is_none() => {
-                if let (true, Datum::Binary(b)) = (BINARY, d) {
-                    if builder.append_binary_fast(b) {
-                        continue;
-                    }
-                }
-                if let (false, Datum::Text(s)) = (BINARY, d) {
-                    if builder.append_text_fast(s) {
-                        continue;
-                    }
-                }
-                if let Err(error) = builder.append(d, BINARY) {
+                if let Err(error) = builder.append_in_format::<BINARY>(d) {
                     failed = Some((i, error));
                 }
             }

@@ -458,6 +458,7 @@ fn binary_to_decimal_fast(b: &[u8], spec: Decimal128Spec) -> Option<i128> {
 /// makes a multiplication of it: a division by a variable costs tens of cycles, on every
 /// numeric value with digits below its display scale, such as 123.45).
 fn div_pow10(n: u64, e: i32) -> u64 {
+    debug_assert!(e >= 1, "div_pow10 cuts at least one place");
     match e {
         1 => n / 10,
         2 => n / 100,
