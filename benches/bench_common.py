@@ -237,7 +237,7 @@ def cross_check(stream: Stream, limit: int = 2000) -> int:
     part = stream.prefix(min(stream.n, limit * 2))
     dec = pgwire_cdc.Decoder(proto_version=1, binary=False, keep_events=True)
     dec.feed_many(part.msgs, part.lsns)
-    ours = [tuple(e.table_row or ()) for e in dec.events() if e.kind == "insert"]
+    ours = [tuple(e.wire_table_row or ()) for e in dec.events() if e.kind == "insert"]
     by_tag = pypgoutput_classes()
     theirs = []
     for m in part.msgs:

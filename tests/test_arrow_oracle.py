@@ -872,11 +872,49 @@ def decode(
     binary: bool,
     type_map: dict[int, tuple[int, int]] | None = None,
 ) -> dict[str, pa.Table]:
-    dec = pgwire_cdc.Decoder(proto_version=1, binary=binary, keep_events=False)
+    dec = pgwire_cdc.Decoder(proto_version=1, binary=binary)
     if type_map:
         dec.set_type_map(type_map)
     dec.feed_many(messages, lsns)
-    return dec.take()
+    tables = dec.take()
+    check_event_values(dec, tables)
+    return tables
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal, with NaN equal to NaN (inside lists and dicts too)."""
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
+    return type(a) is type(b) and bool(a == b)
+
+
+def check_event_values(dec: pgwire_cdc.Decoder, tables: dict[str, pa.Table]) -> None:
+    """The typed values of the events (CONTRACT section 4) are the Python values of the
+    change tables' columns, `to_pylist()`'s, value for value and type for type; a value
+    Python cannot hold fails both."""
+    try:
+        events = dec.events()
+    except ColumnValueError:
+        with pytest.raises((ValueError, OverflowError)):
+            for table in tables.values():
+                table.to_pylist()
+        return
+    rows: dict[str, list[tuple[Any, ...]]] = {}
+    for e in events:
+        if e.kind == "insert":
+            rows.setdefault(e.table, []).append(e.table_row)
+    assert set(rows) == {name for name, t in tables.items() if t.num_rows}
+    for name, table in tables.items():
+        data = [c for c in table.column_names if not c.startswith("_")]
+        expected = [tuple(r[c] for c in data) for r in table.select(data).to_pylist()]
+        got = rows.get(name, [])
+        assert len(got) == len(expected)
+        for g, x in zip(got, expected, strict=True):
+            assert all(_same_value(a, b) for a, b in zip(g, x, strict=True)), (g, x)
 
 
 @dataclass(repr=False)

@@ -218,7 +218,7 @@ def decode(path: Path) -> Decoded:
     assert [(e.table, e.column, e.lsn) for e in errors] == [
         (e.table, e.column, e.lsn) for e in segment_errors
     ]
-    events = _decoder(capture, keep_tables=False).events()
+    events = _decoder(capture, keep_tables=False).events(typed=False)
     relations = relations_on_wire(messages_of(capture)[0])
     return Decoded(capture, tables, segments, events, errors, relations)
 
@@ -293,22 +293,22 @@ def rows_from_events(
         columns = relations[e.table]
         names = [name for name, _ in columns]
         if e.kind == "insert":
-            data = dict(zip(names, e.table_row, strict=True))
+            data = dict(zip(names, e.wire_table_row, strict=True))
             rows.append(Row(e.table, "insert", *common, data, None, None, []))
         elif e.kind == "update":
-            before, before_kind = _old_image(e.old_table_row, columns)
-            if e.updated_table_row[0] == "full":
-                data = dict(zip(names, e.updated_table_row[1], strict=True))
+            before, before_kind = _old_image(e.wire_old_table_row, columns)
+            if e.wire_updated_table_row[0] == "full":
+                data = dict(zip(names, e.wire_updated_table_row[1], strict=True))
                 unchanged: list[str] = []
             else:
-                _, values, missing = e.updated_table_row
+                _, values, missing = e.wire_updated_table_row
                 present = [n for i, n in enumerate(names) if i not in missing]
                 data = dict(zip(present, values, strict=True))
                 unchanged = [names[i] for i in missing]
                 data.update(dict.fromkeys(unchanged))
             rows.append(Row(e.table, "update", *common, data, before, before_kind, unchanged))
         else:
-            before, before_kind = _old_image(e.old_table_row, columns)
+            before, before_kind = _old_image(e.wire_old_table_row, columns)
             assert before is not None, "PostgreSQL sends an old image with every delete"
             rows.append(Row(e.table, "delete", *common, before, before, before_kind, []))
     return sorted(rows, key=lambda r: (r.commit_lsn, r.tx_ordinal))

@@ -67,7 +67,7 @@ class Sample:
     def decoder(self) -> pgwire_cdc.Decoder:
         dec = pgwire_cdc.Decoder(proto_version=self.proto_version, binary=self.binary)
         dec.feed_many(list(self.context))
-        dec.events()
+        dec.events(typed=False)
         return dec
 
     def layout(self) -> Any:
@@ -143,7 +143,7 @@ def expect_error(dec: pgwire_cdc.Decoder, data: bytes, tag: str | None = None) -
 def clean_events(sample: Sample) -> list[dict[str, Any]]:
     dec = sample.decoder()
     dec.feed(sample.message, 1)
-    return [e.to_dict() for e in dec.events()]
+    return [e.to_dict() for e in dec.events(typed=False)]
 
 
 def _prefix_lengths(n: int) -> Iterator[int]:
@@ -168,7 +168,7 @@ def test_every_truncation_is_a_decode_error(sample: Sample) -> None:
         assert err.offset is not None and err.offset <= n
     # the failures left no trace: the real message still decodes to the same events
     dec.feed(sample.message, 1)
-    assert [e.to_dict() for e in dec.events()] == clean_events(sample)
+    assert [e.to_dict() for e in dec.events(typed=False)] == clean_events(sample)
 
 
 BAD_LENGTHS = (-1, -2, -(2**31), 2**31 - 1, 2**24)
@@ -187,7 +187,7 @@ def test_impossible_tupledata_lengths(sample: Sample) -> None:
             err = expect_error(dec, bytes(data), sample.tag)
             assert err.offset >= offset
     dec.feed(sample.message, 1)
-    assert [e.to_dict() for e in dec.events()] == clean_events(sample)
+    assert [e.to_dict() for e in dec.events(typed=False)] == clean_events(sample)
 
 
 @pytest.mark.parametrize("sample", tuple_samples(), ids=lambda s: s.name)
@@ -213,7 +213,7 @@ def test_column_count_disagreeing_with_relation(sample: Sample) -> None:
         data[tup.ncols_offset : tup.ncols_offset + 2] = struct.pack(">h", bad)
         expect_error(dec, bytes(data), sample.tag)
     dec.feed(sample.message, 1)
-    assert [e.to_dict() for e in dec.events()] == clean_events(sample)
+    assert [e.to_dict() for e in dec.events(typed=False)] == clean_events(sample)
 
 
 @pytest.mark.parametrize("sample", tuple_samples(), ids=lambda s: s.name)
@@ -285,7 +285,7 @@ def test_invalid_utf8_in_relation_name(bad: bytes) -> None:
     data[5 : 5 + len(bad)] = bad
     expect_error(dec, bytes(data), "R")
     dec.feed(sample.message, 1)
-    assert [e.to_dict() for e in dec.events()] == clean_events(sample)
+    assert [e.to_dict() for e in dec.events(typed=False)] == clean_events(sample)
 
 
 def test_invalid_utf8_in_column_name() -> None:
@@ -361,9 +361,9 @@ def test_mutated_messages_decode_or_raise_decode_error(case: tuple[Sample, bytes
         assert_decode_error(err, data)
         # state unchanged: the real message still decodes as it would have
         dec.feed(sample.message, 1)
-        assert [e.to_dict() for e in dec.events()] == clean_events(sample)
+        assert [e.to_dict() for e in dec.events(typed=False)] == clean_events(sample)
         return
-    for e in dec.events():
+    for e in dec.events(typed=False):
         e.to_dict()
 
 
@@ -388,7 +388,7 @@ def test_out_of_order_messages_decode_or_raise_decode_error(
             dec.feed(data, i)
         except DecodeError as err:
             assert_decode_error(err, data)
-    for e in dec.events():
+    for e in dec.events(typed=False):
         e.to_dict()
 
 
@@ -410,7 +410,7 @@ def test_random_payloads_decode_or_raise_decode_error(
         dec.feed(data, 2)
     except DecodeError as err:
         assert_decode_error(err, data)
-    for e in dec.events():
+    for e in dec.events(typed=False):
         e.to_dict()
 
 
@@ -431,7 +431,7 @@ def test_non_utf8_text_values_decode_or_raise_decode_error(sample: Sample, junk:
     except DecodeError as err:
         assert_decode_error(err, bytes(data), sample.tag)
         return
-    for e in dec.events():
+    for e in dec.events(typed=False):
         e.to_dict()
 
 
@@ -475,7 +475,7 @@ def test_out_of_range_timestamps(sample: Sample, value: int) -> None:
         except DecodeError as err:
             assert_decode_error(err, bytes(data), sample.tag)
             continue
-        for e in dec.events():  # must not raise (OverflowError was seen here)
+        for e in dec.events(typed=False):  # must not raise (OverflowError was seen here)
             e.to_dict()
 
 
@@ -495,7 +495,7 @@ def _after_transaction_of(capture: str, tag: str) -> tuple[pgwire_cdc.Decoder, b
     end = next(i for i in range(at, len(messages)) if messages[i][:1] == b"C")
     dec = pgwire_cdc.Decoder(proto_version=1)
     dec.feed_many(messages[: end + 1])
-    dec.events()
+    dec.events(typed=False)
     return dec, messages[at]
 
 
@@ -508,7 +508,7 @@ def test_change_outside_a_transaction(capture: str, tag: str) -> None:
     out of sequence (a data event needs a commit LSN: (commit_lsn, tx_ordinal) is its key)."""
     dec, change = _after_transaction_of(capture, tag)
     expect_error(dec, change, tag)
-    assert dec.events() == []
+    assert dec.events(typed=False) == []
 
 
 def test_transactional_message_outside_a_transaction() -> None:
@@ -518,13 +518,13 @@ def test_transactional_message_outside_a_transaction() -> None:
     expect_error(dec, tx, "M")
     nontx = next(m for m in messages if m[:1] == b"M" and not m[1] & 1)
     dec.feed(nontx, 1)  # a non-transactional one is fine anywhere
-    assert [e.kind for e in dec.events()] == ["message"]
+    assert [e.kind for e in dec.events(typed=False)] == ["message"]
 
 
 def test_commit_without_begin() -> None:
     dec, commit = _after_transaction_of("ri_default", "C")
     expect_error(dec, commit, "C")
-    assert dec.events() == []
+    assert dec.events(typed=False) == []
 
 
 def test_begin_inside_a_transaction() -> None:

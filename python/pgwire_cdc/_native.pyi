@@ -12,7 +12,11 @@ class UnchangedToast: ...
 
 UNCHANGED_TOAST: UnchangedToast
 
-Value = str | bytes | None | UnchangedToast
+#: A row value as sent on the wire (``wire_*`` attributes of events).
+WireValue = str | bytes | None | UnchangedToast
+#: A typed row value: the Python value of the column's Arrow type (int, float, Decimal,
+#: str, bytes, bool, date, time, datetime, list, dict for interval), None for NULL.
+Value = Any
 
 @final
 class ArrowStream:
@@ -27,7 +31,7 @@ class Decoder:
         proto_version: int = 1,
         binary: bool = False,
         *,
-        keep_events: bool = True,
+        keep_events: bool | None = None,
         keep_tables: bool = True,
     ) -> None: ...
     @property
@@ -43,7 +47,7 @@ class Decoder:
     def feed_many(
         self, messages: Sequence[bytes | bytearray], lsns: Sequence[int] | None = None
     ) -> None: ...
-    def events(self) -> list[Event]: ...
+    def events(self, *, typed: bool = True) -> list[Event]: ...
     @property
     def pending_rows(self) -> int: ...
     def _take_segments(self) -> list[tuple[str, ArrowStream]]: ...
@@ -91,6 +95,9 @@ class Event:
     table_row: tuple[Value, ...] | None
     updated_table_row: tuple[Any, ...] | None
     old_table_row: tuple[str, tuple[Value, ...]] | None
+    wire_table_row: tuple[WireValue, ...] | None
+    wire_updated_table_row: tuple[Any, ...] | None
+    wire_old_table_row: tuple[str, tuple[WireValue, ...]] | None
     tables: list[str] | None
     options: int | None
     prefix: str | None

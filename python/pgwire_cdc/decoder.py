@@ -12,17 +12,28 @@ class Decoder(_native.Decoder):
     """Decodes pgoutput messages (``pg_logical_slot_peek_binary_changes`` rows, or the
     payloads of XLogData frames).
 
-    ``Decoder(proto_version=1, binary=False, *, keep_events=True, keep_tables=True)``:
-    ``proto_version`` and ``binary`` as the stream was requested. Pass
-    ``keep_events=False`` when only ``take()`` is used, ``keep_tables=False`` when only
-    ``events()`` is, so the other output does not accumulate.
+    ``Decoder(proto_version=1, binary=False, *, keep_events=None, keep_tables=True)``:
+    ``proto_version`` and ``binary`` as the stream was requested.
+
+    A decoder keeps only what its caller drains. The change tables accumulate until
+    ``take()``. Events are kept compactly (their values copied, no objects) and made into
+    :class:`~pgwire_cdc.Event` objects only by ``events()``. With the default
+    ``keep_events=None``, until ``events()`` is first called each ``take()`` drops the
+    events of the changes the take before it returned: a caller that drains only with
+    ``take()`` holds at most two takes' worth of events, and ``events()`` right after a
+    ``take()`` still returns that take's changes. ``keep_events=True`` keeps every event
+    until ``events()``; ``keep_events=False`` keeps none (``events()`` raises).
+    ``keep_tables=False`` builds no tables (``events()`` only).
+
+    Event row values are typed: the Python values ``take()`` gives for the same changes
+    (``to_pylist()``); the wire form is under ``wire_table_row`` and the like.
 
     Malformed protocol bytes raise :class:`~pgwire_cdc.errors.DecodeError` from ``feed``.
     A column value the change tables cannot hold (see the README's unrepresentable-value
-    policy) is not a protocol error: its event still reaches ``events()``, its row is left
-    out of the tables, and the next ``take()`` raises
-    :class:`~pgwire_cdc.errors.ColumnValueError` naming the table, column and LSN; a
-    further ``take()`` returns the other rows.
+    policy) is not a protocol error: its row is left out of the tables and the next
+    ``take()`` raises :class:`~pgwire_cdc.errors.ColumnValueError` naming the table,
+    column and LSN; a further ``take()`` returns the other rows. ``events()`` does the
+    same with the event of such a value.
     """
 
     def take(self) -> dict[str, pa.Table]:

@@ -216,6 +216,11 @@ impl ChangeTable {
         self.rows
     }
 
+    /// Rows appended since the last `finish` that `finish` will leave out (a value failed).
+    pub fn failed_rows(&self) -> usize {
+        self.failed_rows.len()
+    }
+
     /// The schema of every batch `finish` returns.
     pub fn schema(&self) -> &SchemaRef {
         &self.schema

@@ -12,23 +12,45 @@ use pyo3::types::{PyBytes, PyList};
 use crate::arrow::ArrowSink;
 use crate::decoder::{Decoder, DecoderConfig};
 use crate::error::{DecodeError, Reason};
-use crate::event::EventCollector;
+use crate::event_log::EventLog;
 use crate::relation::BaseType;
 use crate::sink::{EventMeta, EventRef, EventSink};
 
 use super::arrow::PyArrowStream;
 use super::errors::{decode_error, rejected_rows_error};
 use super::event::PyEvent;
+use super::typed::{typed_images, Images};
 
 /// `feed_many` lets other threads run and checks for Ctrl-C this often (messages).
 const YIELD_EVERY: usize = 65_536;
 
+/// Which events a decoder keeps for `events()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeepEvents {
+    /// The default: every event until `events()` drains it, except that while `events()`
+    /// has never been called, each `take()` drops the events of what the take before it
+    /// returned. A caller that drains only with `take()` holds at most two takes' worth
+    /// of (compact) events; one that calls `events()` after a `take()` still gets them.
+    UntilDrained,
+    /// `keep_events=True`: every event until `events()` drains it.
+    All,
+    /// `keep_events=False`: none; `events()` is an error.
+    None,
+}
+
 struct State {
     decoder: Decoder,
-    events: EventCollector,
+    /// Events since the last `take()` (or `events()`).
+    events: EventLog,
+    /// `KeepEvents::UntilDrained`: the events of the changes the last `take()` returned.
+    taken_events: EventLog,
+    /// Whether `events()` was ever called.
+    events_drained: bool,
+    /// Events made into Python objects but held back by a value error of another event,
+    /// returned by the next `events()`.
+    held_events: Vec<Py<PyEvent>>,
     tables: ArrowSink,
-    /// False: no event objects are kept (a consumer that only wants tables).
-    keep_events: bool,
+    keep_events: KeepEvents,
     /// False: no change tables are built (a consumer that only wants events).
     keep_tables: bool,
     /// Rows the change tables rejected since the last `take` (their values cannot be
@@ -40,7 +62,7 @@ struct State {
 /// hold is not an error of the protocol: its row stays out of the tables and the error is
 /// kept for `take()` to raise, while the event still reaches `events()`.
 struct Outputs<'a> {
-    events: Option<&'a mut EventCollector>,
+    events: Option<&'a mut EventLog>,
     tables: Option<&'a mut ArrowSink>,
     table_errors: &'a mut Vec<DecodeError>,
 }
@@ -63,7 +85,7 @@ impl EventSink for Outputs<'_> {
 impl State {
     fn feed(&mut self, message: &[u8], lsn: u64) -> Result<(), DecodeError> {
         let mut outputs = Outputs {
-            events: self.keep_events.then_some(&mut self.events),
+            events: (self.keep_events != KeepEvents::None).then_some(&mut self.events),
             tables: self.keep_tables.then_some(&mut self.tables),
             table_errors: &mut self.table_errors,
         };
@@ -94,11 +116,11 @@ impl PyDecoder {
 #[pymethods]
 impl PyDecoder {
     #[new]
-    #[pyo3(signature = (proto_version = 1, binary = false, *, keep_events = true, keep_tables = true))]
+    #[pyo3(signature = (proto_version = 1, binary = false, *, keep_events = None, keep_tables = true))]
     fn new(
         proto_version: u32,
         binary: bool,
-        keep_events: bool,
+        keep_events: Option<bool>,
         keep_tables: bool,
     ) -> PyResult<Self> {
         if !(1..=4).contains(&proto_version) {
@@ -112,9 +134,16 @@ impl PyDecoder {
                     proto_version,
                     binary,
                 }),
-                events: EventCollector::default(),
+                events: EventLog::default(),
+                taken_events: EventLog::default(),
+                events_drained: false,
+                held_events: Vec::new(),
                 tables: ArrowSink::new(binary),
-                keep_events,
+                keep_events: match keep_events {
+                    None => KeepEvents::UntilDrained,
+                    Some(true) => KeepEvents::All,
+                    Some(false) => KeepEvents::None,
+                },
                 keep_tables,
                 table_errors: Vec::new(),
             }),
@@ -220,6 +249,14 @@ impl PyDecoder {
     /// rows stay for the next call.
     fn _take_segments(&self, py: Python<'_>) -> PyResult<Vec<(String, PyArrowStream)>> {
         let mut state = self.lock()?;
+        if state.keep_events == KeepEvents::UntilDrained && !state.events_drained {
+            // The caller drains with take(): keep the events of this take only (for an
+            // events() call right after it), not those of the takes before.
+            // Swapped, not moved, so the next take's log reuses this memory.
+            let state = &mut *state;
+            std::mem::swap(&mut state.taken_events, &mut state.events);
+            state.events.clear();
+        }
         if !state.table_errors.is_empty() {
             let errors = std::mem::take(&mut state.table_errors);
             return Err(rejected_rows_error(py, &errors));
@@ -240,10 +277,59 @@ impl PyDecoder {
         Ok(self.lock()?.tables.rows())
     }
 
-    /// The events decoded so far, drained.
-    fn events(&self, py: Python<'_>) -> PyResult<Vec<PyEvent>> {
-        let drained = std::mem::take(&mut self.lock()?.events.events);
-        drained.iter().map(|e| PyEvent::from_event(py, e)).collect()
+    /// The events decoded so far, drained, with typed row values (`typed.rs`); with
+    /// `typed=False`, only the wire form (`wire_table_row`, ...), which never fails.
+    ///
+    /// If a row value cannot be represented (the tables' policy), raises
+    /// `ColumnValueError` for the first such event instead; that event is dropped and the
+    /// others are returned by the next call.
+    #[pyo3(signature = (*, typed = true))]
+    fn events(&self, py: Python<'_>, typed: bool) -> PyResult<Vec<Py<PyEvent>>> {
+        let mut state = self.lock()?;
+        if state.keep_events == KeepEvents::None {
+            return Err(PyRuntimeError::new_err(
+                "this Decoder was made with keep_events=False and keeps no events; \
+                 make it with keep_events=None (the default) or True to call events()",
+            ));
+        }
+        state.events_drained = true;
+        let mut log = std::mem::take(&mut state.taken_events);
+        log.extend(std::mem::take(&mut state.events));
+        let binary = state.decoder.config().binary;
+        let mut out = std::mem::take(&mut state.held_events);
+        let drained = log.drain();
+        let (images, errors) = if typed {
+            typed_images(py, &drained, binary)?
+        } else {
+            let wire_only = drained.iter().map(|_| Images {
+                values: false,
+                new: None,
+                old: None,
+            });
+            (wire_only.collect(), Vec::new())
+        };
+        let mut failed = errors.iter().map(|(i, _)| *i).peekable();
+        for (i, (event, typed)) in drained.iter().zip(&images).enumerate() {
+            if failed.peek() == Some(&i) {
+                failed.next();
+                continue;
+            }
+            out.push(Py::new(py, PyEvent::from_event(py, event, typed)?)?);
+        }
+        if let Some((_, first)) = errors.first() {
+            state.held_events = out;
+            let err = decode_error(py, first, None);
+            let note = format!(
+                "{} event(s) had a value Python or Arrow cannot hold and were dropped; \
+                 this is the first. Call events() again for the other events.",
+                errors.len()
+            );
+            return Err(match err.value(py).call_method1("add_note", (note,)) {
+                Ok(_) => err,
+                Err(e) => e,
+            });
+        }
+        Ok(out)
     }
 }
 

@@ -4,7 +4,7 @@
 //! `__getattr__`, so every documented attribute exists on every event (None where it does
 //! not apply). `repr()` shows no row values: events end up in logs.
 
-use pyo3::exceptions::PyAttributeError;
+use pyo3::exceptions::{PyAttributeError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
@@ -14,12 +14,17 @@ use crate::lsn::format_lsn;
 use crate::protocol::PgTimestamp;
 use crate::relation::Relation;
 
+use super::typed::Images;
+
 /// Every kind-specific attribute name; reading one that does not apply gives None.
 const ATTRIBUTES: &[&str] = &[
     "table",
     "table_row",
     "updated_table_row",
     "old_table_row",
+    "wire_table_row",
+    "wire_updated_table_row",
+    "wire_old_table_row",
     "tables",
     "options",
     "prefix",
@@ -217,6 +222,96 @@ fn updated_row<'py>(py: Python<'py>, new: &UpdatedRow) -> PyResult<Bound<'py, Py
     }
 }
 
+/// The typed counterparts of [`row`], [`updated_row`] and [`old_row`], from an event's
+/// full-width typed images (see `typed.rs`).
+fn typed_tuple<'py>(
+    py: Python<'py>,
+    values: impl IntoIterator<Item = Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let values: Vec<_> = values.into_iter().collect();
+    Ok(PyTuple::new(py, values)?.into_any())
+}
+
+fn image<'a, 'py>(image: Option<&'a [Bound<'py, PyAny>]>) -> PyResult<&'a [Bound<'py, PyAny>]> {
+    image.ok_or_else(|| PyRuntimeError::new_err("an event's typed values are missing"))
+}
+
+fn typed_updated_row<'py>(
+    py: Python<'py>,
+    new: &UpdatedRow,
+    typed: &[Bound<'py, PyAny>],
+) -> PyResult<Bound<'py, PyTuple>> {
+    match new {
+        UpdatedRow::Full(_) => PyTuple::new(
+            py,
+            [
+                ("full").into_pyobject(py)?.into_any(),
+                typed_tuple(py, typed.iter().cloned())?,
+            ],
+        ),
+        UpdatedRow::Partial {
+            missing_column_indexes,
+            ..
+        } => {
+            let known = typed
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| !missing_column_indexes.contains(j))
+                .map(|(_, v)| v.clone());
+            PyTuple::new(
+                py,
+                [
+                    ("partial").into_pyobject(py)?.into_any(),
+                    typed_tuple(py, known)?,
+                    PyList::new(py, missing_column_indexes)?.into_any(),
+                ],
+            )
+        }
+    }
+}
+
+fn typed_old_row<'py>(
+    py: Python<'py>,
+    relation: &Relation,
+    old: &OldRow,
+    typed: &[Bound<'py, PyAny>],
+) -> PyResult<Bound<'py, PyTuple>> {
+    match old {
+        OldRow::Full(raw) => {
+            // An unchanged-TOAST marker in an old image stays the marker, not None.
+            let marker = unchanged_toast(py)?.bind(py).clone().into_any();
+            let values = typed.iter().zip(raw).map(|(v, r)| {
+                if matches!(r, Value::UnchangedToast) {
+                    marker.clone()
+                } else {
+                    v.clone()
+                }
+            });
+            PyTuple::new(
+                py,
+                [
+                    ("full").into_pyobject(py)?.into_any(),
+                    typed_tuple(py, values)?,
+                ],
+            )
+        }
+        OldRow::Key(_) => {
+            let keys = typed
+                .iter()
+                .zip(&relation.columns)
+                .filter(|(_, c)| c.is_key)
+                .map(|(v, _)| v.clone());
+            PyTuple::new(
+                py,
+                [
+                    ("key").into_pyobject(py)?.into_any(),
+                    typed_tuple(py, keys)?,
+                ],
+            )
+        }
+    }
+}
+
 fn relation_attrs(py: Python<'_>, d: &Bound<'_, PyDict>, rel: &Relation) -> PyResult<()> {
     d.set_item("table", &rel.qualified_name)?;
     d.set_item("relation_id", rel.oid)?;
@@ -243,7 +338,10 @@ fn prepare_attrs(py: Python<'_>, d: &Bound<'_, PyDict>, p: &PrepareData) -> PyRe
 }
 
 impl PyEvent {
-    pub fn from_event(py: Python<'_>, event: &Event) -> PyResult<Self> {
+    /// The Python event of `event`; `typed` holds its row images as typed values
+    /// (`typed.rs`), the wire form stays under the `wire_` names.
+    pub fn from_event<'py>(py: Python<'py>, event: &Event, typed: &Images<'py>) -> PyResult<Self> {
+        let (new, old) = (typed.new.as_deref(), typed.old.as_deref());
         let d = PyDict::new(py);
         if let Some(ts) = event.meta.commit_timestamp {
             d.set_item("commit_ts", timestamp(py, ts)?)?;
@@ -287,19 +385,50 @@ impl PyEvent {
                 row: values,
             } => {
                 d.set_item("table", &relation.qualified_name)?;
-                d.set_item("table_row", row(py, values)?)?;
+                if typed.values {
+                    d.set_item("table_row", typed_tuple(py, image(new)?.iter().cloned())?)?;
+                }
+                d.set_item("wire_table_row", row(py, values)?)?;
             }
-            EventBody::Update { relation, new, old } => {
+            EventBody::Update {
+                relation,
+                new: new_row,
+                old: old_image,
+            } => {
                 d.set_item("table", &relation.qualified_name)?;
-                d.set_item("updated_table_row", updated_row(py, new)?)?;
-                match old {
-                    Some(old) => d.set_item("old_table_row", old_row(py, old)?)?,
-                    None => d.set_item("old_table_row", py.None())?,
+                if typed.values {
+                    d.set_item(
+                        "updated_table_row",
+                        typed_updated_row(py, new_row, image(new)?)?,
+                    )?;
+                }
+                d.set_item("wire_updated_table_row", updated_row(py, new_row)?)?;
+                match old_image {
+                    Some(o) => {
+                        if typed.values {
+                            let old = typed_old_row(py, relation, o, image(old)?)?;
+                            d.set_item("old_table_row", old)?;
+                        }
+                        d.set_item("wire_old_table_row", old_row(py, o)?)?;
+                    }
+                    None => {
+                        d.set_item("old_table_row", py.None())?;
+                        d.set_item("wire_old_table_row", py.None())?;
+                    }
                 }
             }
-            EventBody::Delete { relation, old } => {
+            EventBody::Delete {
+                relation,
+                old: old_image,
+            } => {
                 d.set_item("table", &relation.qualified_name)?;
-                d.set_item("old_table_row", old_row(py, old)?)?;
+                if typed.values {
+                    d.set_item(
+                        "old_table_row",
+                        typed_old_row(py, relation, old_image, image(old)?)?,
+                    )?;
+                }
+                d.set_item("wire_old_table_row", old_row(py, old_image)?)?;
             }
             EventBody::Truncate { relations, options } => {
                 let names = relations

@@ -9,6 +9,7 @@ mod live;
 mod mirror;
 mod pg;
 mod snapshot;
+mod typed;
 
 use pyo3::prelude::*;
 

@@ -1,0 +1,422 @@
+//! A compact log of decoded events, turned into owned [`Event`]s only when asked.
+//!
+//! The offline decoder serves two outputs of the same changes, the change tables
+//! (`take()`) and event objects (`events()`), and cannot know ahead which its caller will
+//! drain. Building an owned [`Event`] per change costs an allocation per value and several
+//! times the memory of the message; this log keeps each row event as its metadata, the
+//! relation it was read with (a shared pointer) and its values copied into one byte arena,
+//! so that keeping events costs a copy of the values and nothing more. [`EventLog::drain`]
+//! builds the [`Event`]s (the seed's event model) from it.
+//!
+//! Every row event is complete in itself (the relation is the one the decoder resolved
+//! when the change was delivered, unchanged-TOAST values already filled in), so a log
+//! can be dropped or drained at any event boundary without decoder state.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::error::DecodeError;
+use crate::event::{old_row, updated_row, Event, EventBody, Value};
+use crate::protocol::{Datum, OldKind};
+use crate::relation::Relation;
+use crate::sink::{EventMeta, EventRef, EventSink, OldImage};
+
+/// One value of a row image, packed in 8 bytes: its kind in the top two bits, and where
+/// its bytes end in the arena in the others (they start where the previous value's end).
+#[derive(Debug, Clone, Copy)]
+struct Stored(u64);
+
+impl Stored {
+    const NULL: u64 = 0;
+    const UNCHANGED: u64 = 1;
+    const TEXT: u64 = 2;
+    const BINARY: u64 = 3;
+    const SHIFT: u32 = 62;
+    const END: u64 = (1 << Self::SHIFT) - 1;
+
+    fn new(kind: u64, end: usize) -> Self {
+        Self((kind << Self::SHIFT) | (end as u64 & Self::END))
+    }
+
+    fn kind(self) -> u64 {
+        self.0 >> Self::SHIFT
+    }
+
+    fn end(self) -> usize {
+        (self.0 & Self::END) as usize
+    }
+
+    fn shifted(self, by: usize) -> Self {
+        Self::new(self.kind(), self.end() + by)
+    }
+}
+
+#[derive(Debug)]
+enum Entry {
+    /// Every event without row values, kept as its owned form (few per transaction; boxed
+    /// so that row entries stay small).
+    Other(Box<Event>),
+    Insert {
+        meta: EventMeta,
+        relation: Arc<Relation>,
+        row: Range<usize>,
+    },
+    Update {
+        meta: EventMeta,
+        relation: Arc<Relation>,
+        new: Range<usize>,
+        old: Option<(OldKind, Range<usize>)>,
+    },
+    Delete {
+        meta: EventMeta,
+        relation: Arc<Relation>,
+        old: (OldKind, Range<usize>),
+    },
+}
+
+/// Events in the order they were delivered; see the module documentation.
+#[derive(Debug, Default)]
+pub struct EventLog {
+    entries: Vec<Entry>,
+    /// The values of every row image, images one after another.
+    values: Vec<Stored>,
+    /// The bytes of the text and binary values.
+    bytes: Vec<u8>,
+}
+
+impl EventLog {
+    /// Events logged since the last drain.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Bytes the log holds (values and entries), for memory accounting.
+    pub fn memory(&self) -> usize {
+        self.bytes.capacity()
+            + self.values.capacity() * std::mem::size_of::<Stored>()
+            + self.entries.capacity() * std::mem::size_of::<Entry>()
+    }
+
+    /// Forgets every event, keeping the memory for the next ones.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.values.clear();
+        self.bytes.clear();
+    }
+
+    /// Appends the events of `later` after this log's.
+    pub fn extend(&mut self, later: EventLog) {
+        if self.is_empty() {
+            *self = later;
+            return;
+        }
+        let (value_shift, byte_shift) = (self.values.len(), self.bytes.len());
+        let shift = |r: Range<usize>| r.start + value_shift..r.end + value_shift;
+        self.bytes.extend_from_slice(&later.bytes);
+        self.values
+            .extend(later.values.into_iter().map(|v| v.shifted(byte_shift)));
+        self.entries
+            .extend(later.entries.into_iter().map(|entry| match entry {
+                other @ Entry::Other(_) => other,
+                Entry::Insert {
+                    meta,
+                    relation,
+                    row,
+                } => Entry::Insert {
+                    meta,
+                    relation,
+                    row: shift(row),
+                },
+                Entry::Update {
+                    meta,
+                    relation,
+                    new,
+                    old,
+                } => Entry::Update {
+                    meta,
+                    relation,
+                    new: shift(new),
+                    old: old.map(|(k, r)| (k, shift(r))),
+                },
+                Entry::Delete {
+                    meta,
+                    relation,
+                    old: (k, r),
+                } => Entry::Delete {
+                    meta,
+                    relation,
+                    old: (k, shift(r)),
+                },
+            }));
+    }
+
+    /// The logged events as owned [`Event`]s, oldest first; the log is empty afterwards.
+    pub fn drain(&mut self) -> Vec<Event> {
+        let entries = std::mem::take(&mut self.entries);
+        let out = entries
+            .into_iter()
+            .map(|entry| self.event_of(entry))
+            .collect();
+        self.values.clear();
+        self.bytes.clear();
+        out
+    }
+
+    fn event_of(&self, entry: Entry) -> Event {
+        match entry {
+            Entry::Other(e) => *e,
+            Entry::Insert {
+                meta,
+                relation,
+                row,
+            } => {
+                let row = self.datums(row);
+                Event {
+                    meta,
+                    body: EventBody::Insert {
+                        row: row.iter().map(Value::from).collect(),
+                        relation,
+                    },
+                }
+            }
+            Entry::Update {
+                meta,
+                relation,
+                new,
+                old,
+            } => {
+                let new = self.datums(new);
+                let old = old.map(|(kind, r)| (kind, self.datums(r)));
+                Event {
+                    meta,
+                    body: EventBody::Update {
+                        new: updated_row(&new),
+                        old: old.map(|(kind, values)| {
+                            old_row(
+                                &relation,
+                                OldImage {
+                                    kind,
+                                    values: &values,
+                                },
+                            )
+                        }),
+                        relation,
+                    },
+                }
+            }
+            Entry::Delete {
+                meta,
+                relation,
+                old: (kind, r),
+            } => {
+                let values = self.datums(r);
+                Event {
+                    meta,
+                    body: EventBody::Delete {
+                        old: old_row(
+                            &relation,
+                            OldImage {
+                                kind,
+                                values: &values,
+                            },
+                        ),
+                        relation,
+                    },
+                }
+            }
+        }
+    }
+
+    /// The values of one image, borrowed from the arena.
+    fn datums(&self, range: Range<usize>) -> Vec<Datum<'_>> {
+        let mut start = match range.start.checked_sub(1) {
+            Some(before) => self.values.get(before).map_or(0, |v| v.end()),
+            None => 0,
+        };
+        self.values
+            .get(range)
+            .unwrap_or_default()
+            .iter()
+            .map(|v| {
+                let bytes = self.bytes.get(start..v.end()).unwrap_or_default();
+                start = v.end();
+                match v.kind() {
+                    Stored::NULL => Datum::Null,
+                    Stored::UNCHANGED => Datum::UnchangedToast,
+                    // Stored from a `&str`, so always UTF-8; the check keeps this safe code.
+                    Stored::TEXT => Datum::Text(std::str::from_utf8(bytes).unwrap_or_default()),
+                    _ => Datum::Binary(bytes),
+                }
+            })
+            .collect()
+    }
+
+    fn store(&mut self, datums: &[Datum<'_>]) -> Range<usize> {
+        let start = self.values.len();
+        for d in datums {
+            let kind = match *d {
+                Datum::Null => Stored::NULL,
+                Datum::UnchangedToast => Stored::UNCHANGED,
+                Datum::Text(s) => {
+                    self.bytes.extend_from_slice(s.as_bytes());
+                    Stored::TEXT
+                }
+                Datum::Binary(b) => {
+                    self.bytes.extend_from_slice(b);
+                    Stored::BINARY
+                }
+            };
+            self.values.push(Stored::new(kind, self.bytes.len()));
+        }
+        start..self.values.len()
+    }
+}
+
+impl EventSink for EventLog {
+    fn event(&mut self, meta: &EventMeta, event: EventRef<'_, '_>) -> Result<(), DecodeError> {
+        let entry = match event {
+            EventRef::Insert { relation, row } => Entry::Insert {
+                meta: *meta,
+                relation: Arc::clone(relation),
+                row: self.store(row),
+            },
+            EventRef::Update { relation, new, old } => Entry::Update {
+                meta: *meta,
+                relation: Arc::clone(relation),
+                new: self.store(new),
+                old: old.map(|o| (o.kind, self.store(o.values))),
+            },
+            EventRef::Delete { relation, old } => Entry::Delete {
+                meta: *meta,
+                relation: Arc::clone(relation),
+                old: (old.kind, self.store(old.values)),
+            },
+            other => Entry::Other(Box::new(Event {
+                meta: *meta,
+                body: EventBody::from_ref(other),
+            })),
+        };
+        self.entries.push(entry);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::event::EventCollector;
+    use crate::relation::Column;
+
+    fn relation() -> Arc<Relation> {
+        let column = |name: &str, is_key| Column {
+            name: name.into(),
+            type_oid: 25,
+            base_type_oid: 25,
+            type_modifier: -1,
+            base_type_modifier: -1,
+            is_key,
+        };
+        Arc::new(Relation {
+            oid: 16384,
+            namespace: "public".into(),
+            name: "t".into(),
+            qualified_name: "public.t".into(),
+            replica_identity: b'd',
+            columns: vec![column("a", true), column("b", false), column("c", false)],
+        })
+    }
+
+    fn meta(lsn: u64) -> EventMeta {
+        EventMeta {
+            start_lsn: lsn,
+            commit_lsn: Some(lsn + 100),
+            tx_ordinal: lsn,
+            xid: Some(7),
+            commit_timestamp: Some(1),
+        }
+    }
+
+    /// Feeds the same events to a log and to the owned collector.
+    fn both(events: &[(EventMeta, EventRef<'_, '_>)]) -> (EventLog, Vec<Event>) {
+        let (mut log, mut collector) = (EventLog::default(), EventCollector::default());
+        for (m, e) in events {
+            log.event(m, *e).unwrap();
+            collector.event(m, *e).unwrap();
+        }
+        (log, collector.events)
+    }
+
+    #[test]
+    fn drains_the_events_the_collector_builds() {
+        let rel = relation();
+        let row = [Datum::Text("1"), Datum::Binary(b"\x00\xff"), Datum::Null];
+        let new = [Datum::Text("1"), Datum::UnchangedToast, Datum::Text("é")];
+        let key = [Datum::Text("1"), Datum::Null, Datum::Null];
+        let full = [Datum::Text("1"), Datum::Text("x"), Datum::UnchangedToast];
+        let begin = crate::protocol::Begin {
+            final_lsn: 5,
+            timestamp: 3,
+            xid: 7,
+        };
+        let events = [
+            (meta(1), EventRef::Begin(&begin)),
+            (
+                meta(2),
+                EventRef::Insert {
+                    relation: &rel,
+                    row: &row,
+                },
+            ),
+            (
+                meta(3),
+                EventRef::Update {
+                    relation: &rel,
+                    new: &new,
+                    old: Some(OldImage {
+                        kind: OldKind::Full,
+                        values: &full,
+                    }),
+                },
+            ),
+            (
+                meta(4),
+                EventRef::Update {
+                    relation: &rel,
+                    new: &row,
+                    old: None,
+                },
+            ),
+            (
+                meta(5),
+                EventRef::Delete {
+                    relation: &rel,
+                    old: OldImage {
+                        kind: OldKind::Key,
+                        values: &key,
+                    },
+                },
+            ),
+        ];
+        let (mut log, expected) = both(&events);
+        assert_eq!(log.len(), 5);
+        assert_eq!(log.drain(), expected);
+        assert!(log.is_empty());
+        assert!(log.drain().is_empty());
+
+        // Two logs joined give the events of both, in order.
+        let (mut first, mut expected) = both(&events[..3]);
+        let (second, rest) = both(&events[3..]);
+        expected.extend(rest);
+        first.extend(second);
+        assert_eq!(first.drain(), expected);
+        let (mut empty, _) = both(&[]);
+        let (second, expected) = both(&events[1..]);
+        empty.extend(second);
+        assert_eq!(empty.drain(), expected);
+    }
+}

@@ -1,0 +1,172 @@
+"""Synthetic pgoutput streams of the ``bench`` table, with varied values.
+
+The decode benchmarks also run on the capture a real server recorded
+(``benches/capture_stream.py``); these streams check that the figures hold for values of
+every shape, not just that capture's: float8 values of full precision
+(``0.3333333333333333``), timestamptz with microseconds and ``+00``, numeric(12,2) of every
+length and sign, names of 1 to 40 characters (some non-ASCII), jsonb documents of several
+shapes and uuids. The messages are exactly what pgoutput (protocol 1) sends for
+``INSERT``s into
+
+    bench (id bigint primary key, name text, amount numeric(12,2), ts timestamptz,
+           flag bool, score float8, doc jsonb, uid uuid)
+
+in text format, or with ``binary 'true'`` in the types' binary send formats; a seeded
+random generator makes them reproducible. ``tests/test_event_values.py`` and
+``benches/`` use them.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+RELATION_OID = 16_400
+#: Columns of ``bench``: name, type OID, type modifier.
+COLUMNS = (
+    ("id", 20, -1),
+    ("name", 25, -1),
+    ("amount", 1700, ((12 << 16) | 2) + 4),
+    ("ts", 1184, -1),
+    ("flag", 16, -1),
+    ("score", 701, -1),
+    ("doc", 3802, -1),
+    ("uid", 2950, -1),
+)
+PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+NAMES = ("ada", "grace", "edsger", "barbara", "donald", "żaneta", "jürgen", "李娜", "x")
+
+
+def relation_message() -> bytes:
+    out = bytearray(b"R")
+    out += struct.pack(">I", RELATION_OID)
+    out += b"public\0bench\0" + b"d" + struct.pack(">H", len(COLUMNS))
+    for i, (name, oid, typmod) in enumerate(COLUMNS):
+        out += bytes([1 if i == 0 else 0]) + name.encode() + b"\0"
+        out += struct.pack(">Ii", oid, typmod)
+    return bytes(out)
+
+
+def begin_message(final_lsn: int, xid: int) -> bytes:
+    return b"B" + struct.pack(">QqI", final_lsn, 0, xid)
+
+
+def commit_message(commit_lsn: int) -> bytes:
+    return b"C" + struct.pack(">BQQq", 0, commit_lsn, commit_lsn + 48, 0)
+
+
+def numeric_binary(cents: int) -> bytes:
+    """numeric_send of ``cents / 100`` with dscale 2: base-10000 digits, weight, sign."""
+    sign = 0x4000 if cents < 0 else 0
+    cents = abs(cents)
+    integer, frac = divmod(cents, 100)
+    digits: list[int] = []
+    while integer:
+        integer, d = divmod(integer, 10_000)
+        digits.insert(0, d)
+    weight = len(digits) - 1
+    if frac:
+        digits.append(frac * 100)
+    # Leading and trailing zero digits are not sent.
+    while digits and digits[0] == 0:
+        digits.pop(0)
+        weight -= 1
+    while digits and digits[-1] == 0:
+        digits.pop()
+    if not digits:
+        weight, sign = 0, 0
+    return struct.pack(f">hhHH{len(digits)}h", len(digits), weight, sign, 2, *digits)
+
+
+class Row:
+    """One random row: each value in both wire formats."""
+
+    def __init__(self, rng: random.Random, row_id: int) -> None:
+        self.id = row_id
+        self.name = "".join(rng.choice(NAMES) for _ in range(rng.randint(1, 5)))
+        self.cents = rng.randint(-(10**12) + 1, 10**12 - 1) // (10 ** rng.randint(0, 9))
+        self.micros = rng.randint(0, 40 * 365 * 86_400 * 10**6)
+        self.flag = rng.random() < 0.5
+        self.score = rng.choice(
+            (rng.random(), 1 / rng.randint(1, 10**6), rng.uniform(-1e12, 1e12), float(row_id))
+        )
+        self.doc = rng.choice(
+            (
+                f'{{"a": {row_id}, "b": "{self.name}"}}',
+                f'{{"k": [1, 2, {row_id}], "n": null, "t": true}}',
+                '{"nested": {"x": 1.5, "y": "z"}}',
+            )
+        )
+        self.uid = uuid.UUID(int=rng.getrandbits(128))
+
+    def text(self) -> list[bytes]:
+        ts = PG_EPOCH + timedelta(microseconds=self.micros)
+        sign = "-" if self.cents < 0 else ""
+        return [
+            str(self.id).encode(),
+            self.name.encode(),
+            f"{sign}{abs(self.cents) // 100}.{abs(self.cents) % 100:02d}".encode(),
+            (ts.strftime("%Y-%m-%d %H:%M:%S.%f").rstrip("0").rstrip(".") + "+00").encode(),
+            b"t" if self.flag else b"f",
+            repr(self.score).encode(),
+            self.doc.encode(),
+            str(self.uid).encode(),
+        ]
+
+    def binary(self) -> list[bytes]:
+        return [
+            struct.pack(">q", self.id),
+            self.name.encode(),
+            numeric_binary(self.cents),
+            struct.pack(">q", self.micros),
+            b"\x01" if self.flag else b"\x00",
+            struct.pack(">d", self.score),
+            b"\x01" + self.doc.encode(),
+            self.uid.bytes,
+        ]
+
+
+def insert_message(values: list[bytes], binary: bool) -> bytes:
+    kind = b"b" if binary else b"t"
+    out = bytearray(b"I")
+    out += struct.pack(">I", RELATION_OID) + b"N" + struct.pack(">H", len(values))
+    for v in values:
+        out += kind + struct.pack(">i", len(v)) + v
+    return bytes(out)
+
+
+def stream(
+    rows: int, binary: bool, seed: int = 1, tx_rows: int = 10_000
+) -> Iterator[tuple[bytes, int]]:
+    """``(message, lsn)`` pairs: transactions of ``tx_rows`` inserts, the Relation message
+    in the first; LSNs increase by each message's length."""
+    rng = random.Random(seed)
+    lsn = 0x1_0000_0000
+    relation = relation_message()
+    xid = 1000
+    for start in range(0, rows, tx_rows):
+        n = min(tx_rows, rows - start)
+        inserts = [insert_message(_values(rng, start + i + 1, binary), binary) for i in range(n)]
+        end = lsn + sum(len(m) for m in inserts) + 64
+        yield begin_message(end, xid), lsn
+        if start == 0:
+            yield relation, lsn
+        for m in inserts:
+            yield m, lsn
+            lsn += len(m)
+        yield commit_message(end), end
+        lsn = end + 64
+        xid += 1
+
+
+def _values(rng: random.Random, row_id: int, binary: bool) -> list[bytes]:
+    row = Row(rng, row_id)
+    return row.binary() if binary else row.text()
+
+
+def messages(rows: int, binary: bool, seed: int = 1) -> tuple[list[bytes], list[int]]:
+    pairs = list(stream(rows, binary, seed))
+    return [m for m, _ in pairs], [lsn for _, lsn in pairs]
