@@ -74,6 +74,7 @@ bench-py: build bench-capture
 	$(PIP) install -q -r benches/requirements.txt
 	$(VENV)/bin/pytest benches -q --benchmark-only
 	$(PY) benches/report.py
+	$(PY) benches/synthetic_decode.py
 	$(PY) benches/memory.py
 
 # stream() vs pg_recvlogical and psycopg2 + pypgoutput; the snapshot vs ADBC.

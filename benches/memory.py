@@ -3,7 +3,9 @@
 Reads the capture file record by record (never the whole file into Python objects), feeds
 ``batch`` messages, calls ``take()``, drops the tables, and so on; each batch size runs in
 a fresh process, so ``ru_maxrss`` is that run's peak. Memory should follow the batch, not
-the stream.
+the stream. The decoder is made with the default constructor (events kept compactly for
+an ``events()`` call that never comes; ``take()`` bounds them); ``--no-events`` makes it
+with ``keep_events=False``.
 
     .venv/bin/python benches/memory.py [--batches 10000 100000 1000000] [--mode text]
 """
@@ -22,11 +24,12 @@ HERE = Path(__file__).resolve().parent
 RECORD_HEADER = struct.Struct(">QI")
 
 
-def run_one(path: Path, binary: bool, batch: int) -> None:
+def run_one(path: Path, binary: bool, batch: int, events: bool) -> None:
     import pgwire_cdc
 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    dec = pgwire_cdc.Decoder(proto_version=1, binary=binary, keep_events=False)
+    options = {} if events else {"keep_events": False}
+    dec = pgwire_cdc.Decoder(proto_version=1, binary=binary, **options)
     rows = 0
     started = time.perf_counter()
     with open(path, "rb") as f:
@@ -51,18 +54,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batches", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--mode", choices=["text", "binary"], default="text")
+    ap.add_argument("--no-events", action="store_true", help="keep_events=False")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     path = HERE / ".cache" / f"bench_{args.mode}.bin"
     if args.one:
-        run_one(path, args.mode == "binary", args.one)
+        run_one(path, args.mode == "binary", args.one, not args.no_events)
         return 0
-    print(f"capture {path.name}; one process per batch size")
+    constructor = "keep_events=False" if args.no_events else "the default constructor"
+    print(f"capture {path.name}; {constructor}; one process per batch size")
     print("| messages per take() | rows | seconds | RSS before (MB) | peak RSS (MB) |")
     print("|---:|---:|---:|---:|---:|")
     for batch in args.batches:
         out = subprocess.run(
-            [sys.executable, __file__, "--mode", args.mode, "--one", str(batch)],
+            [sys.executable, __file__, "--mode", args.mode, "--one", str(batch)]
+            + (["--no-events"] if args.no_events else []),
             check=True,
             capture_output=True,
             text=True,
