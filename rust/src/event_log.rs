@@ -74,6 +74,16 @@ enum Entry {
     },
 }
 
+/// A row event's images as the decoder delivered them, borrowed from the log: full width,
+/// a key image with NULL in the non-key columns, an unknown new value as unchanged TOAST.
+#[derive(Debug, Default)]
+pub struct RowImages<'a> {
+    /// Insert's row, update's new row.
+    pub new: Option<Vec<Datum<'a>>>,
+    /// Update's and delete's old row.
+    pub old: Option<Vec<Datum<'a>>>,
+}
+
 /// Events in the order they were delivered; see the module documentation.
 #[derive(Debug, Default)]
 pub struct EventLog {
@@ -92,13 +102,6 @@ impl EventLog {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
-    }
-
-    /// Bytes the log holds (values and entries), for memory accounting.
-    pub fn memory(&self) -> usize {
-        self.bytes.capacity()
-            + self.values.capacity() * std::mem::size_of::<Stored>()
-            + self.entries.capacity() * std::mem::size_of::<Entry>()
     }
 
     /// Forgets every event, keeping the memory for the next ones.
@@ -156,32 +159,41 @@ impl EventLog {
 
     /// The logged events as owned [`Event`]s, oldest first; the log is empty afterwards.
     pub fn drain(&mut self) -> Vec<Event> {
-        let entries = std::mem::take(&mut self.entries);
-        let out = entries
-            .into_iter()
-            .map(|entry| self.event_of(entry))
-            .collect();
-        self.values.clear();
-        self.bytes.clear();
+        let mut out = Vec::with_capacity(self.len());
+        self.drain_with(|event, _| out.push(event));
         out
     }
 
-    fn event_of(&self, entry: Entry) -> Event {
+    /// Hands each logged event, oldest first, to `f` with its row images as they were
+    /// delivered (full width: a key image has NULL in the other columns, an unknown new
+    /// value is unchanged TOAST); the log is empty afterwards.
+    pub fn drain_with(&mut self, mut f: impl FnMut(Event, RowImages<'_>)) {
+        let entries = std::mem::take(&mut self.entries);
+        for entry in entries {
+            let (event, images) = self.event_of(entry);
+            f(event, images);
+        }
+        self.clear();
+    }
+
+    fn event_of(&self, entry: Entry) -> (Event, RowImages<'_>) {
         match entry {
-            Entry::Other(e) => *e,
+            Entry::Other(e) => (*e, RowImages::default()),
             Entry::Insert {
                 meta,
                 relation,
                 row,
             } => {
                 let row = self.datums(row);
-                Event {
-                    meta,
-                    body: EventBody::Insert {
-                        row: row.iter().map(Value::from).collect(),
-                        relation,
-                    },
-                }
+                let body = EventBody::Insert {
+                    row: row.iter().map(Value::from).collect(),
+                    relation,
+                };
+                let images = RowImages {
+                    new: Some(row),
+                    old: None,
+                };
+                (Event { meta, body }, images)
             }
             Entry::Update {
                 meta,
@@ -191,22 +203,24 @@ impl EventLog {
             } => {
                 let new = self.datums(new);
                 let old = old.map(|(kind, r)| (kind, self.datums(r)));
-                Event {
-                    meta,
-                    body: EventBody::Update {
-                        new: updated_row(&new),
-                        old: old.map(|(kind, values)| {
-                            old_row(
-                                &relation,
-                                OldImage {
-                                    kind,
-                                    values: &values,
-                                },
-                            )
-                        }),
-                        relation,
-                    },
-                }
+                let body = EventBody::Update {
+                    new: updated_row(&new),
+                    old: old.as_ref().map(|(kind, values)| {
+                        old_row(
+                            &relation,
+                            OldImage {
+                                kind: *kind,
+                                values,
+                            },
+                        )
+                    }),
+                    relation,
+                };
+                let images = RowImages {
+                    new: Some(new),
+                    old: old.map(|(_, values)| values),
+                };
+                (Event { meta, body }, images)
             }
             Entry::Delete {
                 meta,
@@ -214,19 +228,21 @@ impl EventLog {
                 old: (kind, r),
             } => {
                 let values = self.datums(r);
-                Event {
-                    meta,
-                    body: EventBody::Delete {
-                        old: old_row(
-                            &relation,
-                            OldImage {
-                                kind,
-                                values: &values,
-                            },
-                        ),
-                        relation,
-                    },
-                }
+                let body = EventBody::Delete {
+                    old: old_row(
+                        &relation,
+                        OldImage {
+                            kind,
+                            values: &values,
+                        },
+                    ),
+                    relation,
+                };
+                let images = RowImages {
+                    new: None,
+                    old: Some(values),
+                };
+                (Event { meta, body }, images)
             }
         }
     }
@@ -407,6 +423,26 @@ mod tests {
         assert_eq!(log.drain(), expected);
         assert!(log.is_empty());
         assert!(log.drain().is_empty());
+
+        // The images come as delivered: full width, key images with their NULLs.
+        let (mut log, _) = both(&events);
+        let mut images = Vec::new();
+        log.drain_with(|_, i| {
+            let owned = |d: Option<Vec<Datum<'_>>>| d.map(|v| v.iter().map(Value::from).collect());
+            images.push((owned(i.new), owned(i.old)));
+        });
+        assert!(log.is_empty());
+        let values = |d: &[Datum<'_>]| Some(d.iter().map(Value::from).collect::<Vec<_>>());
+        assert_eq!(
+            images,
+            vec![
+                (None, None),
+                (values(&row), None),
+                (values(&new), values(&full)),
+                (values(&row), None),
+                (None, values(&key)),
+            ]
+        );
 
         // Two logs joined give the events of both, in order.
         let (mut first, mut expected) = both(&events[..3]);

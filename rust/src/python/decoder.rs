@@ -19,7 +19,7 @@ use crate::sink::{EventMeta, EventRef, EventSink};
 use super::arrow::PyArrowStream;
 use super::errors::{decode_error, rejected_rows_error};
 use super::event::PyEvent;
-use super::typed::{typed_images, Images};
+use super::typed::{Images, TypedEvents};
 
 /// `feed_many` lets other threads run and checks for Ctrl-C this often (messages).
 const YIELD_EVERY: usize = 65_536;
@@ -295,18 +295,15 @@ impl PyDecoder {
         state.events_drained = true;
         let mut log = std::mem::take(&mut state.taken_events);
         log.extend(std::mem::take(&mut state.events));
-        let binary = state.decoder.config().binary;
         let mut out = std::mem::take(&mut state.held_events);
-        let drained = log.drain();
-        let (images, errors) = if typed {
-            typed_images(py, &drained, binary)?
+        let (drained, images, errors) = if typed {
+            let mut events = TypedEvents::new(state.decoder.config().binary);
+            log.drain_with(|event, images| events.add(event, images));
+            events.finish(py)?
         } else {
-            let wire_only = drained.iter().map(|_| Images {
-                values: false,
-                new: None,
-                old: None,
-            });
-            (wire_only.collect(), Vec::new())
+            let drained = log.drain();
+            let wire_only = drained.iter().map(|_| Images::wire_only()).collect();
+            (drained, wire_only, Vec::new())
         };
         let mut failed = errors.iter().map(|(i, _)| *i).peekable();
         for (i, (event, typed)) in drained.iter().zip(&images).enumerate() {

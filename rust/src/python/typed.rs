@@ -16,7 +16,8 @@ use pyo3::types::PyList;
 
 use crate::arrow::{ChangeKind, ChangeTable, RowMeta};
 use crate::error::{DecodeError, MessageKind, Reason};
-use crate::event::{Event, EventBody, OldRow, UpdatedRow, Value};
+use crate::event::{Event, EventBody};
+use crate::event_log::RowImages;
 use crate::protocol::Datum;
 use crate::relation::Relation;
 
@@ -33,12 +34,22 @@ pub struct Images<'py> {
     pub old: Option<Vec<Bound<'py, PyAny>>>,
 }
 
+impl Images<'_> {
+    /// No typed values: the event keeps the wire form only.
+    pub fn wire_only() -> Self {
+        Self {
+            values: false,
+            new: None,
+            old: None,
+        }
+    }
+}
+
 /// Where one image's values went: a table and its row.
 #[derive(Clone, Copy)]
 struct Placed {
     table: usize,
     row: usize,
-    event: usize,
 }
 
 #[derive(Default)]
@@ -53,26 +64,45 @@ pub type ValueErrors = Vec<(usize, DecodeError)>;
 /// A column's Python values; a value Python cannot hold is its problem's text.
 type PythonColumn<'py> = Vec<Result<Bound<'py, PyAny>, String>>;
 
-/// The typed images of `events`, and the events whose values cannot be represented (such
-/// an event has no images).
-pub fn typed_images<'py>(
-    py: Python<'py>,
-    events: &[Event],
+/// Collects drained events and puts their images' values through a change table per
+/// relation; [`TypedEvents::finish`] makes them Python values.
+pub struct TypedEvents {
     binary: bool,
-) -> PyResult<(Vec<Images<'py>>, ValueErrors)> {
-    let mut tables: Vec<ChangeTable> = Vec::new();
-    let mut by_relation: HashMap<*const Relation, usize> = HashMap::new();
-    let mut placements = Vec::with_capacity(events.len());
-    let mut errors: Vec<(usize, DecodeError)> = Vec::new();
-    for (i, event) in events.iter().enumerate() {
+    events: Vec<Event>,
+    tables: Vec<ChangeTable>,
+    /// Each relation's table, keyed by the description's address: the events hold their
+    /// relations, so an address stays one relation's while they live.
+    by_relation: HashMap<*const Relation, usize>,
+    placements: Vec<Placement>,
+    errors: ValueErrors,
+}
+
+impl TypedEvents {
+    pub fn new(binary: bool) -> Self {
+        Self {
+            binary,
+            events: Vec::new(),
+            tables: Vec::new(),
+            by_relation: HashMap::new(),
+            placements: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// Adds the next event, with its row images as delivered (`EventLog::drain_with`).
+    pub fn add(&mut self, event: Event, images: RowImages<'_>) {
+        let i = self.events.len();
         let mut placement = Placement::default();
-        // Each relation's table: keyed by the description's address, which stays the same
-        // while `events` holds the relation.
-        if let Some((relation, kind, new, old)) = images_of(event) {
-            let table = *by_relation.entry(Arc::as_ptr(relation)).or_insert_with(|| {
-                tables.push(ChangeTable::new(Arc::clone(relation), binary));
-                tables.len() - 1
-            });
+        if let Some((relation, kind)) = row_event(&event) {
+            let binary = self.binary;
+            let tables = &mut self.tables;
+            let table = *self
+                .by_relation
+                .entry(Arc::as_ptr(relation))
+                .or_insert_with(|| {
+                    tables.push(ChangeTable::new(Arc::clone(relation), binary));
+                    tables.len() - 1
+                });
             let meta = RowMeta {
                 lsn: event.meta.start_lsn,
                 commit_lsn: event.meta.commit_lsn,
@@ -80,85 +110,88 @@ pub fn typed_images<'py>(
                 commit_timestamp: None,
                 xid: None,
             };
+            let errors = &mut self.errors;
             let mut place = |values: Option<Vec<Datum<'_>>>| -> Option<Placed> {
-                let values = values?;
                 let t = tables.get_mut(table)?;
                 let row = t.rows() - t.failed_rows();
-                match t.append(ChangeKind::Insert, &meta, Some(&values), None) {
-                    Ok(()) => Some(Placed {
-                        table,
-                        row,
-                        event: i,
-                    }),
+                match t.append(ChangeKind::Insert, &meta, Some(&values?), None) {
+                    Ok(()) => Some(Placed { table, row }),
                     Err(e) => {
-                        errors.push((
-                            i,
-                            value_error(kind, relation, event, &e.column, e.error.to_string()),
-                        ));
+                        let problem = e.error.to_string();
+                        errors.push((i, value_error(kind, relation, &event, &e.column, problem)));
                         None
                     }
                 }
             };
-            placement.new = place(new);
-            placement.old = place(old);
+            placement.new = place(images.new);
+            placement.old = place(images.old);
         }
-        placements.push(placement);
+        self.placements.push(placement);
+        self.events.push(event);
     }
 
-    // Each table's columns as Python values, through pyarrow.
-    let reader = py.import("pyarrow")?.getattr("RecordBatchReader")?;
-    let mut columns: Vec<Vec<PythonColumn<'py>>> = Vec::with_capacity(tables.len());
-    for table in &mut tables {
-        let width = table.relation.columns.len();
-        let batch = table
-            .finish()
-            .map_err(|e| PyRuntimeError::new_err(format!("building Arrow values failed: {e}")))?;
-        let stream = Py::new(py, PyArrowStream::new(batch.schema(), vec![batch]))?;
-        let pa_table = reader
-            .call_method1("from_stream", (stream,))?
-            .call_method0("read_all")?;
-        let mut lists = Vec::with_capacity(width);
-        for j in 0..width {
-            lists.push(python_values(&pa_table.call_method1("column", (j,))?)?);
+    /// The events, their typed images, and the events whose values cannot be represented
+    /// (such an event has no images).
+    pub fn finish<'py>(
+        mut self,
+        py: Python<'py>,
+    ) -> PyResult<(Vec<Event>, Vec<Images<'py>>, ValueErrors)> {
+        // Each table's columns as Python values, through pyarrow.
+        let reader = py.import("pyarrow")?.getattr("RecordBatchReader")?;
+        let mut columns: Vec<Vec<PythonColumn<'py>>> = Vec::with_capacity(self.tables.len());
+        for table in &mut self.tables {
+            let batch = table.finish().map_err(|e| {
+                PyRuntimeError::new_err(format!("building Arrow values failed: {e}"))
+            })?;
+            let stream = Py::new(py, PyArrowStream::new(batch.schema(), vec![batch]))?;
+            let pa_table = reader
+                .call_method1("from_stream", (stream,))?
+                .call_method0("read_all")?;
+            let width = table.relation.columns.len();
+            let mut lists = Vec::with_capacity(width);
+            for j in 0..width {
+                lists.push(python_values(&pa_table.call_method1("column", (j,))?)?);
+            }
+            columns.push(lists);
         }
-        columns.push(lists);
-    }
 
-    let mut out = Vec::with_capacity(events.len());
-    for (event, placement) in events.iter().zip(placements) {
-        let mut image = |p: Option<Placed>| -> Option<Vec<Bound<'py, PyAny>>> {
-            let p = p?;
-            let lists = columns.get(p.table)?;
-            let mut values = Vec::with_capacity(lists.len());
-            for (j, list) in lists.iter().enumerate() {
-                match list.get(p.row)? {
-                    Ok(v) => values.push(v.clone()),
-                    Err(problem) => {
-                        if let Some((relation, kind, ..)) = images_of(event) {
-                            let column = relation.columns.get(j).map_or("", |c| c.name.as_str());
-                            errors.push((
-                                p.event,
-                                value_error(kind, relation, event, column, problem.clone()),
-                            ));
+        let mut errors = self.errors;
+        let mut out = Vec::with_capacity(self.events.len());
+        for (i, (event, placement)) in self.events.iter().zip(self.placements).enumerate() {
+            let mut image = |p: Option<Placed>| -> Option<Vec<Bound<'py, PyAny>>> {
+                let p = p?;
+                let lists = columns.get(p.table)?;
+                let mut values = Vec::with_capacity(lists.len());
+                for (j, list) in lists.iter().enumerate() {
+                    match list.get(p.row)? {
+                        Ok(v) => values.push(v.clone()),
+                        Err(problem) => {
+                            if let Some((relation, kind)) = row_event(event) {
+                                let column =
+                                    relation.columns.get(j).map_or("", |c| c.name.as_str());
+                                let problem = problem.clone();
+                                errors
+                                    .push((i, value_error(kind, relation, event, column, problem)));
+                            }
+                            return None;
                         }
-                        return None;
                     }
                 }
-            }
-            Some(values)
-        };
-        let new = image(placement.new);
-        let old = image(placement.old);
-        out.push(Images {
-            values: true,
-            new,
-            old,
-        });
+                Some(values)
+            };
+            let new = image(placement.new);
+            let old = image(placement.old);
+            out.push(Images {
+                values: true,
+                new,
+                old,
+            });
+        }
+        // One error per event, the first.
+        errors.sort_by_key(|(i, _)| *i);
+        errors.dedup_by_key(|(i, _)| *i);
+        Ok((self.events, out, errors))
     }
-    // One error per event, the first.
-    errors.sort_by_key(|(i, _)| *i);
-    errors.dedup_by_key(|(i, _)| *i);
-    Ok((out, errors))
 }
 
 /// The Python values of a pyarrow column, `to_pylist()`'s. A value Python cannot hold
@@ -189,89 +222,13 @@ fn python_values<'py>(column: &Bound<'py, PyAny>) -> PyResult<PythonColumn<'py>>
     Ok(out)
 }
 
-/// The relation, message kind and full-width images (new, old) of a row event.
-#[allow(clippy::type_complexity)]
-fn images_of(
-    event: &Event,
-) -> Option<(
-    &Arc<Relation>,
-    MessageKind,
-    Option<Vec<Datum<'_>>>,
-    Option<Vec<Datum<'_>>>,
-)> {
+/// The relation and message kind of a row event.
+fn row_event(event: &Event) -> Option<(&Arc<Relation>, MessageKind)> {
     match &event.body {
-        EventBody::Insert { relation, row } => Some((
-            relation,
-            MessageKind::Insert,
-            Some(row.iter().map(datum).collect()),
-            None,
-        )),
-        EventBody::Update { relation, new, old } => Some((
-            relation,
-            MessageKind::Update,
-            Some(updated_full_width(new)),
-            old.as_ref().map(|o| old_full_width(relation, o)),
-        )),
-        EventBody::Delete { relation, old } => Some((
-            relation,
-            MessageKind::Delete,
-            None,
-            Some(old_full_width(relation, old)),
-        )),
+        EventBody::Insert { relation, .. } => Some((relation, MessageKind::Insert)),
+        EventBody::Update { relation, .. } => Some((relation, MessageKind::Update)),
+        EventBody::Delete { relation, .. } => Some((relation, MessageKind::Delete)),
         _ => None,
-    }
-}
-
-fn datum(v: &Value) -> Datum<'_> {
-    match v {
-        Value::Null => Datum::Null,
-        Value::UnchangedToast => Datum::UnchangedToast,
-        Value::Text(s) => Datum::Text(s),
-        Value::Binary(b) => Datum::Binary(b),
-    }
-}
-
-/// A partial new row with its missing columns put back as unchanged TOAST.
-fn updated_full_width(new: &UpdatedRow) -> Vec<Datum<'_>> {
-    match new {
-        UpdatedRow::Full(values) => values.iter().map(datum).collect(),
-        UpdatedRow::Partial {
-            values,
-            missing_column_indexes,
-            total_columns,
-        } => {
-            let mut known = values.iter();
-            (0..*total_columns)
-                .map(|i| {
-                    if missing_column_indexes.contains(&i) {
-                        Datum::UnchangedToast
-                    } else {
-                        known.next().map_or(Datum::Null, datum)
-                    }
-                })
-                .collect()
-        }
-    }
-}
-
-/// A key image's values put back at their columns (NULL in the others, as sent).
-fn old_full_width<'v>(relation: &Relation, old: &'v OldRow) -> Vec<Datum<'v>> {
-    match old {
-        OldRow::Full(values) => values.iter().map(datum).collect(),
-        OldRow::Key(values) => {
-            let mut keys = values.iter();
-            relation
-                .columns
-                .iter()
-                .map(|c| {
-                    if c.is_key {
-                        keys.next().map_or(Datum::Null, datum)
-                    } else {
-                        Datum::Null
-                    }
-                })
-                .collect()
-        }
     }
 }
 
