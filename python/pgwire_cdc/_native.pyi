@@ -172,6 +172,7 @@ class PgReplicationStream:
 def binary_decodable(oid: int) -> bool:
     """Whether binary-format values of this (built-in or resolved) type OID decode."""
 
+def mark_unchanged(table: object, names: list[str]) -> ArrowStream: ...
 def apply_changes(
     base: object, changes: object, key_columns: list[str] | None
 ) -> tuple[ArrowStream, dict[str, int]]:

@@ -25,10 +25,16 @@ after that. So a crash
 
 A new initial snapshot (``batch.snapshot_start``) replaces every table of the mirror.
 
-Schema changes: a batch whose change table has other columns (ADD / DROP COLUMN, a type
-change) re-shapes the mirror table: new columns are null for the rows the mirror already
-holds (PostgreSQL may have filled them with a default: the mirror cannot know), dropped
-ones go, and a changed type is cast where Arrow can cast it.
+Schema changes: a batch whose change table has other columns (ADD COLUMN, a type change,
+a publication's column list changed) re-shapes the mirror table: new columns are null for
+the rows the mirror already holds (PostgreSQL may have filled them with a default: the
+mirror cannot know), and a changed type is cast where Arrow can cast it. A column the
+change table does not have (DROP COLUMN, or a column list that no longer names it) was not
+carried by those changes, so it is not set to NULL: it stays, and the rows those changes
+update keep the value the mirror holds for it, as PostgreSQL's own subscriber keeps its
+columns; rows they insert have it null. (For REPLICA IDENTITY FULL tables without a key,
+whose rows are matched whole, such a column cannot take part in the match: change the
+publication back or re-snapshot.)
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ import pyarrow.parquet as pq
 
 from . import _native
 from .errors import MirrorError
-from .tables import METADATA_COLUMNS, table_of
+from .tables import METADATA_COLUMNS, mark_unchanged, table_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -300,6 +306,7 @@ class Mirror:
             if base is None and name in state.tables:
                 base = self.table(name)
             base = _reshape(name, base, shape)
+            changes = _widen(changes, base.schema)
             keys = key_columns(changes)
             stream, counts = _native.apply_changes(base, changes, keys)
             touched[name] = table_of(stream)
@@ -362,7 +369,8 @@ def _max_position(current: tuple[int, int] | None, changes: pa.Table) -> tuple[i
 
 
 def _reshape(name: str, base: pa.Table | None, shape: pa.Schema) -> pa.Table:
-    """The mirror table in the change table's shape (see the module documentation)."""
+    """The mirror table in the change table's shape, plus the columns the mirror holds that
+    the changes do not carry (see the module documentation)."""
     if base is None:
         return shape.empty_table()
     if base.schema.equals(shape, check_metadata=False):
@@ -383,7 +391,19 @@ def _reshape(name: str, base: pa.Table | None, shape: pa.Schema) -> pa.Table:
                     "slot and the mirror directory)"
                 ) from e
         columns.append(column)
-    return pa.Table.from_arrays(columns, schema=shape)
+    # Columns the changes do not carry stay (see the module documentation).
+    kept = [f for f in base.schema if f.name not in shape.names]
+    columns.extend(base[f.name] for f in kept)
+    return pa.Table.from_arrays(columns, schema=pa.schema([*shape, *kept], shape.metadata))
+
+
+def _widen(changes: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The change table with the mirror's columns it does not carry, null and named in
+    ``_unchanged``, so the rows it updates keep the mirror's values for them."""
+    missing = [f for f in schema if f.name not in changes.column_names]
+    for f in missing:
+        changes = changes.append_column(f, pa.nulls(changes.num_rows, f.type))
+    return mark_unchanged(changes, [f.name for f in missing])
 
 
 def run(

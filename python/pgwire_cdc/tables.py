@@ -8,6 +8,12 @@ metadata columns. A segment whose column types cannot be unified with the earlie
 column that changed type, for example int4 to text) goes under the key
 ``"schema.table@2"`` (``@3`` and so on for later ones), so nothing is ever dropped.
 ``take_segments()`` gives every segment as it is, in order.
+
+A column a change did not carry (its segment has no such column: the publication's
+column list did not name it then, or the column did not exist) is not a NULL value: in the
+merged table it is null *and* named in the row's ``_unchanged`` (for ``read``, ``insert``
+and ``update`` rows), so a consumer keeps the value it holds, as PostgreSQL's own
+subscriber does.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
+
+from . import _native
 
 #: The metadata columns of every change table, after the table's own columns.
 METADATA_COLUMNS = (
@@ -72,5 +80,16 @@ def _merge(tables: list[pa.Table]) -> pa.Table:
         for column in table.column_names:
             if column not in METADATA_COLUMNS and column not in data_columns:
                 data_columns.append(column)
-    merged = pa.concat_tables(tables, promote_options="permissive")
+    marked = [
+        mark_unchanged(t, [c for c in data_columns if c not in t.column_names]) for t in tables
+    ]
+    merged = pa.concat_tables(marked, promote_options="permissive")
     return _ordered(merged, data_columns)
+
+
+def mark_unchanged(table: pa.Table, names: list[str]) -> pa.Table:
+    """``table`` with ``names`` added to ``_unchanged`` of its ``read``, ``insert`` and
+    ``update`` rows: columns those changes did not carry (see the module documentation)."""
+    if not names or table.num_rows == 0:
+        return table
+    return table_of(_native.mark_unchanged(table, names))

@@ -18,7 +18,9 @@ mod buffers;
 pub mod column;
 mod sink;
 mod table;
+mod unchanged;
 
 pub use buffers::Recycler;
 pub use sink::{ArrowSink, Segment};
 pub use table::{change_table_schema, ChangeKind, ChangeTable, ColumnError, RowMeta};
+pub use unchanged::mark_unchanged;

@@ -6,35 +6,14 @@
 
 use std::sync::Arc;
 
-use arrow_array::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
-use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_schema::{Schema, SchemaRef};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict};
+use pyo3::types::PyDict;
 
-use super::arrow::PyArrowStream;
+use super::arrow::{import_batches, PyArrowStream};
 use super::errors::pgwire_error;
 use crate::mirror::{apply_changes as apply, ApplyError, KeyMode};
-
-/// The batches of an object with `__arrow_c_stream__` (a `pyarrow.Table`, for example).
-fn import_batches(obj: &Bound<'_, PyAny>) -> PyResult<(SchemaRef, Vec<RecordBatch>)> {
-    let capsule = obj
-        .call_method0("__arrow_c_stream__")?
-        .cast_into::<PyCapsule>()?;
-    let pointer = capsule.pointer_checked(Some(c"arrow_array_stream"))?;
-    // SAFETY: a capsule named "arrow_array_stream" holds an `FFI_ArrowArrayStream` (the
-    // Arrow PyCapsule interface). `from_raw` moves the stream out and leaves a released
-    // one behind, which the capsule's destructor then leaves alone.
-    let stream = unsafe { FFI_ArrowArrayStream::from_raw(pointer.as_ptr().cast()) };
-    let reader = ArrowArrayStreamReader::try_new(stream)
-        .map_err(|e| PyValueError::new_err(format!("not a readable Arrow stream: {e}")))?;
-    let schema = reader.schema();
-    let batches = reader
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| PyValueError::new_err(format!("reading an Arrow stream: {e}")))?;
-    Ok((schema, batches))
-}
 
 /// `apply_changes(base, changes, key_columns) -> (ArrowStream, stats)`: the mirror table
 /// `base` after applying the change table `changes`. `key_columns` names the columns rows

@@ -32,6 +32,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<live::PyLiveStream>()?;
     m.add_function(wrap_pyfunction!(binary_decodable, m)?)?;
     m.add_function(wrap_pyfunction!(mirror::apply_changes, m)?)?;
+    m.add_function(wrap_pyfunction!(arrow::mark_unchanged, m)?)?;
     m.add_class::<pg::PyPgConnection>()?;
     m.add_class::<pg::PyPgReplicationStream>()?;
     m.add(
