@@ -311,3 +311,49 @@ def test_an_empty_snapshot_is_still_announced(db: Database) -> None:
     db.conn.execute("INSERT INTO empty VALUES (1)")
     (later,) = consume(db)
     assert not later.snapshot and later.tables["public.empty"]["id"].to_pylist() == [1]
+
+
+def test_several_publications(db: Database) -> None:
+    """publication= takes a list, as pgoutput's publication_names does: every table of every
+    publication, each once; a table in two publications gets their row filters ORed, in the
+    snapshot as in the stream."""
+    conn = db.conn
+    conn.execute("CREATE TABLE a (id int PRIMARY KEY, v int)")
+    conn.execute("CREATE TABLE b (id int PRIMARY KEY, v int)")
+    conn.execute("INSERT INTO a SELECT g, g FROM generate_series(1, 10) g")
+    conn.execute("INSERT INTO b SELECT g, g FROM generate_series(1, 10) g")
+    conn.execute("CREATE PUBLICATION pa FOR TABLE a, b WHERE (id <= 2)")
+    conn.execute("CREATE PUBLICATION pb FOR TABLE b WHERE (id >= 9)")
+    options: dict[str, Any] = {"publication": ["pa", "pb"], "slot": "s1"}
+
+    def rows(batches: list[Batch]) -> dict[str, list[tuple[str, int]]]:
+        out: dict[str, list[tuple[str, int]]] = {}
+        for batch in batches:
+            for name, table in batch.tables.items():
+                out.setdefault(name, []).extend(
+                    zip(table["_change_type"].to_pylist(), table["id"].to_pylist(), strict=True)
+                )
+        return {name: sorted(r) for name, r in out.items()}
+
+    def run() -> list[Batch]:
+        batches = []
+        for batch in pgwire_cdc.stream(db.dsn, until_lsn=current_lsn(db), **options):
+            batch.ack()
+            batches.append(batch)
+        return batches
+
+    assert rows(run()) == {
+        "public.a": [("read", i) for i in range(1, 11)],
+        "public.b": [("read", i) for i in (1, 2, 9, 10)],
+    }
+    conn.execute("DELETE FROM b WHERE id = 5")  # filtered out: not published
+    conn.execute("INSERT INTO b VALUES (11, 11), (5, 5), (0, 0)")
+    conn.execute("INSERT INTO a VALUES (11, 5)")
+    assert rows(run()) == {
+        "public.a": [("insert", 11)],
+        "public.b": [("insert", 0), ("insert", 11)],
+    }
+    with pytest.raises(ConfigError, match="one publication"):
+        next(iter(pgwire_cdc.stream(db.dsn, publication=["pa", "pb"], tables=["public.a"])))
+    with pytest.raises(ConfigError, match="publication"):
+        next(iter(pgwire_cdc.stream(db.dsn, publication=[])))

@@ -36,8 +36,8 @@ exported snapshot can copy in parallel.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -250,6 +250,31 @@ def published_tables(conn: Connection, publication: str) -> list[TableInfo]:
             )
         )
     return out
+
+
+def tables_of_publications(conn: Connection, publications: Sequence[str]) -> list[TableInfo]:
+    """The tables several publications publish together, as pgoutput streams them with
+    ``publication_names`` naming them all: each table once, with its published columns,
+    and with the row filters of the publications that publish it joined by ``OR`` (none
+    when one of them has none, as pgoutput does)."""
+    merged: dict[int, TableInfo] = {}
+    for publication in publications:
+        for table in published_tables(conn, publication):
+            seen = merged.get(table.oid)
+            if seen is None:
+                merged[table.oid] = table
+                continue
+            if seen.row_filter is None or table.row_filter is None:
+                row_filter = None
+            else:
+                row_filter = f"({seen.row_filter}) OR ({table.row_filter})"
+            attnums = {c.attnum for c in seen.columns}
+            columns = sorted(
+                [*seen.columns, *(c for c in table.columns if c.attnum not in attnums)],
+                key=lambda c: c.attnum,
+            )
+            merged[table.oid] = replace(seen, row_filter=row_filter, columns=columns)
+    return sorted(merged.values(), key=lambda t: (t.schema, t.name))
 
 
 # -- snapshot -------------------------------------------------------------------------------

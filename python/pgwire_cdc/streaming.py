@@ -40,7 +40,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -136,9 +136,9 @@ def _temporary_slot_name(slot: str) -> str:
 class _Stream:
     """The state behind one ``stream()`` generator."""
 
-    def __init__(self, dsn: str, publication: str, slot: str, **options: Any) -> None:
+    def __init__(self, dsn: str, publications: list[str], slot: str, **options: Any) -> None:
         self.dsn = dsn
-        self.publication = publication
+        self.publications = publications
         self.slot = slot
         self.o = options
         self.conn: psycopg.Connection[Any] | None = None
@@ -174,9 +174,12 @@ class _Stream:
         info = admin.check_server(conn, new_slot=new_slot)
         self.server_version = info.version_num
         _check_proto_version(self.o["proto_version"], info)
-        admin.ensure_publication(conn, self.publication, self.o["tables"])
-        admin.check_replica_identity(conn, self.publication)
-        self.table_infos = catalog.published_tables(conn, self.publication)
+        # tables= comes with one publication only (stream() checks).
+        for publication in self.publications:
+            admin.ensure_publication(conn, publication, self.o["tables"])
+        for publication in self.publications:
+            admin.check_replica_identity(conn, publication)
+        self.table_infos = catalog.tables_of_publications(conn, self.publications)
         if new_slot and self.o["snapshot"]:
             _check_select_privileges(conn, self.table_infos)
         user_types = {
@@ -291,7 +294,7 @@ class _Stream:
         self.live = self.repl.start_streaming(
             slot,
             start,
-            [self.publication],
+            self.publications,
             proto_version=self.proto_version,
             binary=self.binary,
             type_map=self.type_map,
@@ -610,7 +613,7 @@ def _transient(error: Exception) -> bool:
 
 def stream(
     dsn: str,
-    publication: str = "pub",
+    publication: str | Sequence[str] = "pub",
     slot: str = "pgwire_cdc_slot",
     tables: list[str] | None = None,
     snapshot: bool = True,
@@ -634,6 +637,10 @@ def stream(
 ) -> Iterator[Batch]:
     """Streams a publication's changes (after an initial snapshot for a new slot) as
     :class:`Batch` objects; see the module documentation and CONTRACT section 2.
+
+    ``publication`` is one name or a list of names (pgoutput's ``publication_names``): the
+    tables of all of them, each once, a table's row filters joined by OR. ``tables``
+    (created or added when missing) needs exactly one publication.
 
     ``snapshot_workers`` connections copy the snapshot at once (tables of at least
     ``snapshot_split_blocks`` 8 KiB blocks are split into that many CTID ranges);
@@ -694,9 +701,17 @@ def stream(
             f"invalid replication slot name {slot!r}: PostgreSQL allows only lower-case"
             " letters, digits and underscores, at most 63 characters"
         )
+    publications = [publication] if isinstance(publication, str) else list(publication)
+    if not publications or not all(isinstance(p, str) and p for p in publications):
+        raise ConfigError("publication must be a publication name or a list of them")
+    if tables and len(publications) > 1:
+        raise ConfigError(
+            "tables= adds tables to one publication: pass one publication name with it, or"
+            " list only existing publications"
+        )
     state = _Stream(
         dsn,
-        publication,
+        publications,
         slot,
         tables=tables,
         snapshot=snapshot,
