@@ -21,7 +21,9 @@ import pgwire_cdc
 import pyarrow as pa
 import pytest
 import synthetic
+from capture.record import capture_path, load_capture
 from conftest import Database
+from scenario_checks import capture_messages
 
 HERE = Path(__file__).resolve().parent
 
@@ -222,3 +224,37 @@ def test_default_decoder_memory_stays_bounded() -> None:
     assert rows == 1_000_000
     # The 100,000 messages themselves are held by the script (about 25 MB more than base).
     assert peak - base < 300, f"peak RSS {peak} MB, {base} MB before decoding"
+
+
+@pytest.mark.parametrize(
+    "scenario", ["stream_interleaved", "stream_prepare", "two_phase_interleaved"]
+)
+def test_events_after_takes_are_those_of_the_last_take_and_later(scenario: str) -> None:
+    """Takes at every pair of positions of a capture with streamed and prepared
+    transactions, some while a transaction is held (then the decoder's state cannot be
+    copied and the forgotten messages are decoded again): events() afterwards gives the
+    events of the messages since the first of the two takes, as a decoder that saw
+    everything gives them."""
+    capture = load_capture(capture_path("pg15", scenario))
+    messages, lsns = capture_messages(capture)
+    proto, binary = capture["proto_version"], capture["binary"]
+
+    def dicts(events: list[Any]) -> list[dict[str, Any]]:
+        return [e.to_dict() for e in events]
+
+    n = len(messages)
+    points = sorted({0, 1, n // 3, n // 2, (2 * n) // 3, n - 1, n})
+    for first in points:
+        reference = pgwire_cdc.Decoder(proto_version=proto, binary=binary)
+        reference.feed_many(messages[:first], lsns[:first])
+        reference.events()
+        reference.feed_many(messages[first:], lsns[first:])
+        expected = dicts(reference.events())
+        for second in (p for p in points if p >= first):
+            dec = pgwire_cdc.Decoder(proto_version=proto, binary=binary)
+            dec.feed_many(messages[:first], lsns[:first])
+            dec.take()
+            dec.feed_many(messages[first:second], lsns[first:second])
+            dec.take()
+            dec.feed_many(messages[second:], lsns[second:])
+            assert dicts(dec.events()) == expected, (first, second)

@@ -16,13 +16,14 @@ class Decoder(_native.Decoder):
     ``proto_version`` and ``binary`` as the stream was requested.
 
     A decoder keeps only what its caller drains. The change tables accumulate until
-    ``take()``. Events are kept compactly (their values copied, no objects) and made into
-    :class:`~pgwire_cdc.Event` objects only by ``events()``. With the default
-    ``keep_events=None``, until ``events()`` is first called each ``take()`` drops the
-    events of the changes the take before it returned: a caller that drains only with
-    ``take()`` holds at most two takes' worth of events, and ``events()`` right after a
-    ``take()`` still returns that take's changes. ``keep_events=True`` keeps every event
-    until ``events()``; ``keep_events=False`` keeps none (``events()`` raises).
+    ``take()``. For events, the decoder keeps a reference to each message it decoded (a
+    ``bytearray`` is copied) and decodes them into :class:`~pgwire_cdc.Event` objects when
+    ``events()`` is called. With the default ``keep_events=None``, until ``events()`` is
+    first called each ``take()`` forgets the messages of the take before it: a caller that
+    drains only with ``take()`` holds at most two takes' worth of messages, and
+    ``events()`` right after a ``take()`` still returns that take's changes.
+    ``keep_events=True`` keeps every event until ``events()``; ``keep_events=False`` keeps
+    none (``events()`` raises).
     ``keep_tables=False`` builds no tables (``events()`` only).
 
     Event row values are typed: the Python values ``take()`` gives for the same changes

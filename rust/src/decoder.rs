@@ -228,6 +228,35 @@ impl Decoder {
         }
     }
 
+    /// A decoder in this one's state, to decode the same messages again from here, when
+    /// that state is cheap to copy: no streamed or prepared transaction held, nothing
+    /// being delivered (the relation and type descriptions are shared, not copied).
+    /// None otherwise.
+    pub fn snapshot(&self) -> Option<Decoder> {
+        let state = match &self.state {
+            TxState::Idle => TxState::Idle,
+            TxState::Plain(meta) => TxState::Plain(*meta),
+            TxState::Preparing { .. } => return None,
+        };
+        if !self.streams.is_empty() || !self.prepared.is_empty() || self.replay.is_some() {
+            return None;
+        }
+        Some(Decoder {
+            config: self.config,
+            relations: self.relations.clone(),
+            types: self.types.clone(),
+            catalog: self.catalog.clone(),
+            state,
+            open_stream: self.open_stream,
+            streams: HashMap::new(),
+            prepared: HashMap::new(),
+            spill: self.spill.clone(),
+            budget: Arc::default(),
+            replay: None,
+            spare_tuple: Vec::new(),
+        })
+    }
+
     /// Where held (streamed or prepared) transactions go once they outgrow memory; see
     /// [`crate::held`].
     pub fn with_spill(mut self, spill: SpillConfig) -> Self {

@@ -448,3 +448,37 @@ fn insert_tuples_reuse_one_allocation() {
     assert!(spare.capacity() >= 8);
     assert_eq!(spare.as_ptr() as usize, ptr);
 }
+
+#[test]
+fn a_snapshot_decodes_what_follows_as_the_decoder_does() {
+    let mut r = Run::new(2);
+    r.ok(begin(0x100, 700), 1)
+        .ok(relation(None, b'd', &[("id", true)]), 2)
+        .ok(insert(None, &["1"]), 3);
+    // Inside a plain transaction, with a relation known: copied.
+    let mut copy = Run {
+        dec: r
+            .dec
+            .snapshot()
+            .expect("a plain transaction is cheap to copy"),
+        out: EventCollector::default(),
+    };
+    let rest = [insert(None, &["2"]), commit(0x100), begin(0x200, 701)];
+    for (i, m) in rest.iter().enumerate() {
+        r.feed(m, 10 + i as u64).unwrap();
+        copy.feed(m, 10 + i as u64).unwrap();
+    }
+    let tail = &r.out.events[r.out.events.len() - copy.out.events.len()..];
+    assert_eq!(copy.out.events, tail);
+    assert_eq!(copy.kinds(), ["insert", "commit", "begin"]);
+    // The copy is on its own: the original moves on without it.
+    r.ok(insert(None, &["3"]), 20);
+    assert!(copy.dec.in_transaction());
+    // A streamed transaction held: not cheap, no snapshot.
+    r.ok(commit(0x200), 21)
+        .ok(Bytes::tag(b'S').i32(900).u8(1).0, 22)
+        .ok(insert(Some(900), &["4"]), 23)
+        .ok(Bytes::tag(b'E').0, 24);
+    assert_eq!(r.dec.pending_transactions(), 1);
+    assert!(r.dec.snapshot().is_none());
+}

@@ -1,16 +1,15 @@
-//! A compact log of decoded events, turned into owned [`Event`]s only when asked.
+//! Decoded events with their row images as delivered, for typed event values.
 //!
-//! The offline decoder serves two outputs of the same changes, the change tables
-//! (`take()`) and event objects (`events()`), and cannot know ahead which its caller will
-//! drain. Building an owned [`Event`] per change costs an allocation per value and several
-//! times the memory of the message; this log keeps each row event as its metadata, the
-//! relation it was read with (a shared pointer) and its values copied into one byte arena,
-//! so that keeping events costs a copy of the values and nothing more. [`EventLog::drain`]
-//! builds the [`Event`]s (the seed's event model) from it.
+//! An owned [`Event`] (the seed's event model) keeps an update's new row without the
+//! columns it could not know and a key image without the non-key columns. To give events
+//! the values the change tables hold, the row images are needed as the decoder delivered
+//! them: full width, in relation column order. This sink keeps each row event as its
+//! metadata, the relation it was read with (a shared pointer) and its values copied into
+//! one byte arena; [`EventLog::drain_with`] hands out each [`Event`] with those images.
 //!
 //! Every row event is complete in itself (the relation is the one the decoder resolved
-//! when the change was delivered, unchanged-TOAST values already filled in), so a log
-//! can be dropped or drained at any event boundary without decoder state.
+//! when the change was delivered, unchanged-TOAST values already filled in), so the log
+//! needs no decoder state to be read.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -44,10 +43,6 @@ impl Stored {
 
     fn end(self) -> usize {
         (self.0 & Self::END) as usize
-    }
-
-    fn shifted(self, by: usize) -> Self {
-        Self::new(self.kind(), self.end() + by)
     }
 }
 
@@ -109,52 +104,6 @@ impl EventLog {
         self.entries.clear();
         self.values.clear();
         self.bytes.clear();
-    }
-
-    /// Appends the events of `later` after this log's.
-    pub fn extend(&mut self, later: EventLog) {
-        if self.is_empty() {
-            *self = later;
-            return;
-        }
-        let (value_shift, byte_shift) = (self.values.len(), self.bytes.len());
-        let shift = |r: Range<usize>| r.start + value_shift..r.end + value_shift;
-        self.bytes.extend_from_slice(&later.bytes);
-        self.values
-            .extend(later.values.into_iter().map(|v| v.shifted(byte_shift)));
-        self.entries
-            .extend(later.entries.into_iter().map(|entry| match entry {
-                other @ Entry::Other(_) => other,
-                Entry::Insert {
-                    meta,
-                    relation,
-                    row,
-                } => Entry::Insert {
-                    meta,
-                    relation,
-                    row: shift(row),
-                },
-                Entry::Update {
-                    meta,
-                    relation,
-                    new,
-                    old,
-                } => Entry::Update {
-                    meta,
-                    relation,
-                    new: shift(new),
-                    old: old.map(|(k, r)| (k, shift(r))),
-                },
-                Entry::Delete {
-                    meta,
-                    relation,
-                    old: (k, r),
-                } => Entry::Delete {
-                    meta,
-                    relation,
-                    old: (k, shift(r)),
-                },
-            }));
     }
 
     /// The logged events as owned [`Event`]s, oldest first; the log is empty afterwards.
@@ -443,16 +392,5 @@ mod tests {
                 (None, values(&key)),
             ]
         );
-
-        // Two logs joined give the events of both, in order.
-        let (mut first, mut expected) = both(&events[..3]);
-        let (second, rest) = both(&events[3..]);
-        expected.extend(rest);
-        first.extend(second);
-        assert_eq!(first.drain(), expected);
-        let (mut empty, _) = both(&[]);
-        let (second, expected) = both(&events[1..]);
-        empty.extend(second);
-        assert_eq!(empty.drain(), expected);
     }
 }

@@ -7,7 +7,7 @@
 //! * [`decoder`]: transaction framing, streamed and two-phase transaction assembly, the
 //!   relation cache and unchanged-TOAST reconstruction, feeding an [`sink::EventSink`];
 //! * [`event`]: owned events (the seed's event model) for debugging and tests;
-//! * [`event_log`]: a compact log of events, made owned only when drained;
+//! * [`event_log`]: events with their row images as delivered (for typed event values);
 //! * [`values`]: PostgreSQL values in text and binary format, parsed exactly;
 //! * [`arrow`]: change tables built from the events straight into Arrow builders;
 //! * [`pg`]: a synchronous PostgreSQL client (TLS, SCRAM, replication protocol, COPY);

@@ -12,13 +12,13 @@ use pyo3::types::{PyBytes, PyList};
 use crate::arrow::ArrowSink;
 use crate::decoder::{Decoder, DecoderConfig};
 use crate::error::{DecodeError, Reason};
-use crate::event_log::EventLog;
 use crate::relation::BaseType;
 use crate::sink::{EventMeta, EventRef, EventSink};
 
 use super::arrow::PyArrowStream;
 use super::errors::{decode_error, rejected_rows_error};
 use super::event::PyEvent;
+use super::message_log::MessageLog;
 use super::typed::{Images, TypedEvents};
 
 /// `feed_many` lets other threads run and checks for Ctrl-C this often (messages).
@@ -30,7 +30,8 @@ enum KeepEvents {
     /// The default: every event until `events()` drains it, except that while `events()`
     /// has never been called, each `take()` drops the events of what the take before it
     /// returned. A caller that drains only with `take()` holds at most two takes' worth
-    /// of (compact) events; one that calls `events()` after a `take()` still gets them.
+    /// of messages (references to them); one that calls `events()` after a `take()` still
+    /// gets them.
     UntilDrained,
     /// `keep_events=True`: every event until `events()` drains it.
     All,
@@ -40,10 +41,9 @@ enum KeepEvents {
 
 struct State {
     decoder: Decoder,
-    /// Events since the last `take()` (or `events()`).
-    events: EventLog,
-    /// `KeepEvents::UntilDrained`: the events of the changes the last `take()` returned.
-    taken_events: EventLog,
+    /// The messages whose events `events()` has not returned yet (`message_log.rs`);
+    /// None for `keep_events=False`.
+    messages: Option<MessageLog>,
     /// Whether `events()` was ever called.
     events_drained: bool,
     /// Events made into Python objects but held back by a value error of another event,
@@ -58,20 +58,16 @@ struct State {
     table_errors: Vec<DecodeError>,
 }
 
-/// Hands each event to the outputs the decoder keeps. A value the change tables cannot
-/// hold is not an error of the protocol: its row stays out of the tables and the error is
-/// kept for `take()` to raise, while the event still reaches `events()`.
+/// Hands each event to the change tables, if the decoder builds them. A value the tables
+/// cannot hold is not an error of the protocol: its row stays out of the tables and the
+/// error is kept for `take()` to raise, while the event still reaches `events()`.
 struct Outputs<'a> {
-    events: Option<&'a mut EventLog>,
     tables: Option<&'a mut ArrowSink>,
     table_errors: &'a mut Vec<DecodeError>,
 }
 
 impl EventSink for Outputs<'_> {
     fn event(&mut self, meta: &EventMeta, event: EventRef<'_, '_>) -> Result<(), DecodeError> {
-        if let Some(events) = self.events.as_deref_mut() {
-            events.event(meta, event)?;
-        }
         if let Some(tables) = self.tables.as_deref_mut() {
             match tables.event(meta, event) {
                 Err(e) if matches!(e.reason, Reason::Value { .. }) => self.table_errors.push(e),
@@ -83,13 +79,17 @@ impl EventSink for Outputs<'_> {
 }
 
 impl State {
-    fn feed(&mut self, message: &[u8], lsn: u64) -> Result<(), DecodeError> {
+    /// Decodes one message and, when it decoded, keeps it for `events()`.
+    fn feed(&mut self, message: PyBackedBytes, lsn: u64) -> Result<(), DecodeError> {
         let mut outputs = Outputs {
-            events: (self.keep_events != KeepEvents::None).then_some(&mut self.events),
             tables: self.keep_tables.then_some(&mut self.tables),
             table_errors: &mut self.table_errors,
         };
-        self.decoder.feed(message, lsn, &mut outputs)
+        self.decoder.feed(&message, lsn, &mut outputs)?;
+        if let Some(log) = &mut self.messages {
+            log.push(message, lsn);
+        }
+        Ok(())
     }
 }
 
@@ -128,14 +128,15 @@ impl PyDecoder {
                 "proto_version must be 1, 2, 3 or 4 (got {proto_version})"
             )));
         }
+        let config = DecoderConfig {
+            proto_version,
+            binary,
+        };
         Ok(Self {
             state: Mutex::new(State {
-                decoder: Decoder::new(DecoderConfig {
-                    proto_version,
-                    binary,
-                }),
-                events: EventLog::default(),
-                taken_events: EventLog::default(),
+                decoder: Decoder::new(config),
+                messages: (keep_events != Some(false))
+                    .then(|| MessageLog::new(Decoder::new(config))),
                 events_drained: false,
                 held_events: Vec::new(),
                 tables: ArrowSink::new(binary),
@@ -177,24 +178,28 @@ impl PyDecoder {
     /// types become text, domains their base type with its modifier. Applies to Relation
     /// messages received afterwards; needed to read such columns in binary format.
     fn set_type_map(&self, types: HashMap<u32, (u32, i32)>) -> PyResult<()> {
-        self.lock()?
-            .decoder
-            .extend_type_catalog(types.into_iter().map(|(oid, (base, modifier))| {
-                (
-                    oid,
-                    BaseType {
-                        oid: base,
-                        type_modifier: modifier,
-                    },
-                )
-            }));
+        let entries: Vec<(u32, BaseType)> = types
+            .into_iter()
+            .map(|(oid, (base, modifier))| {
+                let base = BaseType {
+                    oid: base,
+                    type_modifier: modifier,
+                };
+                (oid, base)
+            })
+            .collect();
+        let mut state = self.lock()?;
+        state.decoder.extend_type_catalog(entries.iter().copied());
+        if let Some(log) = &mut state.messages {
+            log.extend_type_catalog(&entries);
+        }
         Ok(())
     }
 
     #[pyo3(signature = (message, lsn = 0))]
     fn feed(&self, py: Python<'_>, message: PyBackedBytes, lsn: u64) -> PyResult<()> {
         self.lock()?
-            .feed(&message, lsn)
+            .feed(message, lsn)
             .map_err(|e| decode_error(py, &e, None))
     }
 
@@ -250,12 +255,13 @@ impl PyDecoder {
     fn _take_segments(&self, py: Python<'_>) -> PyResult<Vec<(String, PyArrowStream)>> {
         let mut state = self.lock()?;
         if state.keep_events == KeepEvents::UntilDrained && !state.events_drained {
-            // The caller drains with take(): keep the events of this take only (for an
+            // The caller drains with take(): keep the messages of this take only (for an
             // events() call right after it), not those of the takes before.
-            // Swapped, not moved, so the next take's log reuses this memory.
             let state = &mut *state;
-            std::mem::swap(&mut state.taken_events, &mut state.events);
-            state.events.clear();
+            if let Some(log) = &mut state.messages {
+                log.taken(&state.decoder)
+                    .map_err(|e| decode_error(py, &e, None))?;
+            }
         }
         if !state.table_errors.is_empty() {
             let errors = std::mem::take(&mut state.table_errors);
@@ -286,15 +292,14 @@ impl PyDecoder {
     #[pyo3(signature = (*, typed = true))]
     fn events(&self, py: Python<'_>, typed: bool) -> PyResult<Vec<Py<PyEvent>>> {
         let mut state = self.lock()?;
-        if state.keep_events == KeepEvents::None {
+        let Some(messages) = &mut state.messages else {
             return Err(PyRuntimeError::new_err(
                 "this Decoder was made with keep_events=False and keeps no events; \
                  make it with keep_events=None (the default) or True to call events()",
             ));
-        }
+        };
+        let mut log = messages.drain().map_err(|e| decode_error(py, &e, None))?;
         state.events_drained = true;
-        let mut log = std::mem::take(&mut state.taken_events);
-        log.extend(std::mem::take(&mut state.events));
         let mut out = std::mem::take(&mut state.held_events);
         let (drained, images, errors) = if typed {
             let mut events = TypedEvents::new(state.decoder.config().binary);
@@ -376,11 +381,14 @@ fn feed_item(
     lsn: u64,
     i: usize,
 ) -> PyResult<()> {
-    let fed = match item.cast::<PyBytes>() {
-        Ok(bytes) => state.feed(bytes.as_bytes(), lsn),
-        Err(_) => state.feed(&item.extract::<PyBackedBytes>()?, lsn),
+    // A `bytes` object is kept by reference (for `events()`), a `bytearray` copied.
+    let message = match item.cast::<PyBytes>() {
+        Ok(bytes) => PyBackedBytes::from(bytes.clone()),
+        Err(_) => item.extract::<PyBackedBytes>()?,
     };
-    fed.map_err(|e| decode_error(py, &e, Some(i)))
+    state
+        .feed(message, lsn)
+        .map_err(|e| decode_error(py, &e, Some(i)))
 }
 
 /// Every `YIELD_EVERY` messages, lets other threads run and checks for Ctrl-C.

@@ -6,6 +6,7 @@ mod decoder;
 mod errors;
 mod event;
 mod live;
+mod message_log;
 mod mirror;
 mod pg;
 mod snapshot;
