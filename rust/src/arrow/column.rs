@@ -267,6 +267,18 @@ macro_rules! builder {
     }};
 }
 
+/// Binary-format text (`textsend` sends the characters as they are: UTF-8 here) pushed in
+/// place: checked as ASCII first, which most text is and which is cheapest to recognise,
+/// then as UTF-8. Whether it was pushed (not UTF-8: left to the general path's error).
+#[inline]
+fn push_utf8(col: &mut Utf8, b: &[u8]) -> bool {
+    match col.push_ascii(b) {
+        Ok(true) => true,
+        Ok(false) => simdutf8::basic::from_utf8(b).is_ok_and(|s| col.push(s).is_ok()),
+        Err(_) => false,
+    }
+}
+
 /// Pushes a parsed value; whether there was one.
 #[inline(always)]
 fn push_parsed<T: arrow_buffer::ArrowNativeType>(
@@ -407,12 +419,10 @@ impl ColumnBuilder {
                 };
                 return push_parsed(col, raw.numeric_decimal(*spec));
             }
-            Fast::Text => return matches!(builder!(self.kind, Utf8).push_ascii(b), Ok(true)),
+            Fast::Text => return push_utf8(builder!(self.kind, Utf8), b),
             Fast::Jsonb => {
                 return match b.split_first() {
-                    Some((1, json)) => {
-                        matches!(builder!(self.kind, Utf8).push_ascii(json), Ok(true))
-                    }
+                    Some((1, json)) => push_utf8(builder!(self.kind, Utf8), json),
                     _ => false,
                 }
             }
