@@ -104,6 +104,10 @@ def test_feed_many_accepts_any_sequence_of_buffers() -> None:
     for bad, error in ((-1, OverflowError), (2**64, OverflowError), ("0/0", TypeError)):
         with pytest.raises(error):
             events_of(data, [*lsns[:-1], bad])
+    # The largest LSN is a value, not the error marker of the int conversion.
+    dec = pgwire_cdc.Decoder(proto_version=1, keep_tables=False)
+    dec.feed_many(data, [2**64 - 1, 2**32 + 7, *lsns[2:]])
+    assert [e.start_lsn for e in dec.events()][:2] == [2**64 - 1, 2**32 + 7]
 
 
 def test_feed_many_survives_a_list_changed_by_its_own_lsns() -> None:

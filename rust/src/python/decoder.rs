@@ -79,15 +79,21 @@ impl EventSink for Outputs<'_> {
 }
 
 impl State {
-    /// Decodes one message and, when it decoded, keeps it for `events()`.
-    fn feed(&mut self, message: PyBackedBytes, lsn: u64) -> Result<(), DecodeError> {
+    /// Decodes one message and, when it decoded, keeps it for `events()` (`kept` makes
+    /// the reference to it, only when one is kept).
+    fn feed(
+        &mut self,
+        message: &[u8],
+        lsn: u64,
+        kept: impl FnOnce() -> PyBackedBytes,
+    ) -> Result<(), DecodeError> {
         let mut outputs = Outputs {
             tables: self.keep_tables.then_some(&mut self.tables),
             table_errors: &mut self.table_errors,
         };
-        self.decoder.feed(&message, lsn, &mut outputs)?;
+        self.decoder.feed(message, lsn, &mut outputs)?;
         if let Some(log) = &mut self.messages {
-            log.push(message, lsn);
+            log.push(kept(), lsn);
         }
         Ok(())
     }
@@ -199,7 +205,7 @@ impl PyDecoder {
     #[pyo3(signature = (message, lsn = 0))]
     fn feed(&self, py: Python<'_>, message: PyBackedBytes, lsn: u64) -> PyResult<()> {
         self.lock()?
-            .feed(message, lsn)
+            .feed(&message, lsn, || message.clone_ref(py))
             .map_err(|e| decode_error(py, &e, None))
     }
 
@@ -354,7 +360,7 @@ fn feed_list(
         // The LSN first: reading an int-like object other than an int may run Python code,
         // which must not happen while a message is borrowed.
         let lsn = match lsns {
-            Some(l) => l.get_item(i)?.extract::<u64>()?,
+            Some(l) => lsn_at(l, i)?,
             None => 0,
         };
         prefetch_item(messages, i + PREFETCH_AHEAD, PREFETCH_BYTES);
@@ -382,13 +388,37 @@ fn feed_item(
     i: usize,
 ) -> PyResult<()> {
     // A `bytes` object is kept by reference (for `events()`), a `bytearray` copied.
-    let message = match item.cast::<PyBytes>() {
-        Ok(bytes) => PyBackedBytes::from(bytes.clone()),
-        Err(_) => item.extract::<PyBackedBytes>()?,
+    let fed = match item.cast::<PyBytes>() {
+        Ok(bytes) => state.feed(bytes.as_bytes(), lsn, || PyBackedBytes::from(bytes.clone())),
+        Err(_) => {
+            let copy = item.extract::<PyBackedBytes>()?;
+            state.feed(&copy, lsn, || copy.clone_ref(py))
+        }
     };
-    state
-        .feed(message, lsn)
-        .map_err(|e| decode_error(py, &e, Some(i)))
+    fed.map_err(|e| decode_error(py, &e, Some(i)))
+}
+
+/// Item `i` of an LSN list as a u64. A plain `int` is read with `PyLong_AsUnsignedLong`,
+/// which reads the digits directly: PyO3's `u64` extraction goes through
+/// `PyLong_AsUnsignedLongLong`, which converts an int above 2^30 (most real LSNs) byte by
+/// byte, about 70 instructions a message. Anything else (an int subclass, an object with
+/// `__index__`) is extracted as usual.
+fn lsn_at(lsns: &Bound<'_, PyList>, i: usize) -> PyResult<u64> {
+    let item = lsns.get_item(i)?;
+    #[cfg(all(target_pointer_width = "64", not(windows)))]
+    if item.is_exact_instance_of::<pyo3::types::PyInt>() {
+        // SAFETY: the GIL is held and `item` is a live `int` (checked above), the argument
+        // `PyLong_AsUnsignedLong` requires. On this platform `unsigned long` is 64 bits.
+        let value = unsafe { ffi::PyLong_AsUnsignedLong(item.as_ptr()) };
+        if value == std::ffi::c_ulong::MAX {
+            // Either the value u64::MAX, or an error (negative, too large) is set.
+            if let Some(err) = PyErr::take(lsns.py()) {
+                return Err(err);
+            }
+        }
+        return Ok(value);
+    }
+    item.extract::<u64>()
 }
 
 /// Every `YIELD_EVERY` messages, lets other threads run and checks for Ctrl-C.
