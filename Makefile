@@ -82,6 +82,7 @@ bench-live: build
 	$(PIP) install -q --no-deps pypgoutput==0.0.3
 	$(PIP) install -q -r benches/requirements.txt
 	$(PY) benches/live.py
+	$(PY) benches/live_shapes.py
 
 # Spark: the Arrow hand-off vs the pandas path, mirror apply, commit-to-mirror lag.
 bench-spark: build bench-capture
