@@ -16,9 +16,8 @@ class Decoder(_native.Decoder):
     ``proto_version`` and ``binary`` as the stream was requested.
 
     A decoder keeps only what its caller drains. The change tables accumulate until
-    ``take()``. For events, the decoder keeps a reference to each message it decoded (a
-    ``bytearray`` is copied) and decodes them into :class:`~pgwire_cdc.Event` objects when
-    ``events()`` is called. With the default ``keep_events=None``, until ``events()`` is
+    ``take()``. For events, the decoder keeps a copy of each message it decoded and decodes
+    them into :class:`~pgwire_cdc.Event` objects when ``events()`` is called. With the default ``keep_events=None``, until ``events()`` is
     first called each ``take()`` forgets the messages of the take before it: a caller that
     drains only with ``take()`` holds at most two takes' worth of messages, and
     ``events()`` right after a ``take()`` still returns that take's changes.

@@ -30,8 +30,7 @@ enum KeepEvents {
     /// The default: every event until `events()` drains it, except that while `events()`
     /// has never been called, each `take()` drops the events of what the take before it
     /// returned. A caller that drains only with `take()` holds at most two takes' worth
-    /// of messages (references to them); one that calls `events()` after a `take()` still
-    /// gets them.
+    /// of messages (copies); one that calls `events()` after a `take()` still gets them.
     UntilDrained,
     /// `keep_events=True`: every event until `events()` drains it.
     All,
@@ -79,21 +78,15 @@ impl EventSink for Outputs<'_> {
 }
 
 impl State {
-    /// Decodes one message and, when it decoded, keeps it for `events()` (`kept` makes
-    /// the reference to it, only when one is kept).
-    fn feed(
-        &mut self,
-        message: &[u8],
-        lsn: u64,
-        kept: impl FnOnce() -> PyBackedBytes,
-    ) -> Result<(), DecodeError> {
+    /// Decodes one message and, when it decoded, keeps it for `events()`.
+    fn feed(&mut self, message: &[u8], lsn: u64) -> Result<(), DecodeError> {
         let mut outputs = Outputs {
             tables: self.keep_tables.then_some(&mut self.tables),
             table_errors: &mut self.table_errors,
         };
         self.decoder.feed(message, lsn, &mut outputs)?;
         if let Some(log) = &mut self.messages {
-            log.push(kept(), lsn);
+            log.push(message, lsn);
         }
         Ok(())
     }
@@ -205,7 +198,7 @@ impl PyDecoder {
     #[pyo3(signature = (message, lsn = 0))]
     fn feed(&self, py: Python<'_>, message: PyBackedBytes, lsn: u64) -> PyResult<()> {
         self.lock()?
-            .feed(&message, lsn, || message.clone_ref(py))
+            .feed(&message, lsn)
             .map_err(|e| decode_error(py, &e, None))
     }
 
@@ -387,13 +380,9 @@ fn feed_item(
     lsn: u64,
     i: usize,
 ) -> PyResult<()> {
-    // A `bytes` object is kept by reference (for `events()`), a `bytearray` copied.
     let fed = match item.cast::<PyBytes>() {
-        Ok(bytes) => state.feed(bytes.as_bytes(), lsn, || PyBackedBytes::from(bytes.clone())),
-        Err(_) => {
-            let copy = item.extract::<PyBackedBytes>()?;
-            state.feed(&copy, lsn, || copy.clone_ref(py))
-        }
+        Ok(bytes) => state.feed(bytes.as_bytes(), lsn),
+        Err(_) => state.feed(&item.extract::<PyBackedBytes>()?, lsn),
     };
     fed.map_err(|e| decode_error(py, &e, Some(i)))
 }

@@ -1,33 +1,67 @@
 //! The messages an offline `Decoder` was fed, kept so that `events()` can decode them.
 //!
 //! The decoder cannot know whether its caller will ask for events, and building them as
-//! it goes costs as much as the change tables. So it keeps only a reference to each
-//! message it fed successfully (the caller's `bytes` object; a `bytearray` is copied,
-//! since it may change) with its LSN, and a decoder in the state it was in before the
-//! first of them. `events()` decodes the kept messages with that decoder, which then is
-//! in the main decoder's state again.
+//! it goes costs as much as the change tables. So it keeps a copy of each message it fed
+//! successfully, with its LSN, in one buffer (a copy while the message is in the cache is
+//! cheaper than holding a reference to the Python object, whose release later touches it
+//! again), and a decoder in the state it was in before the first of them. `events()`
+//! decodes the kept messages with that decoder, which then is in the main decoder's state
+//! again.
 //!
 //! While `events()` has never been called, each `take()` forgets the messages fed before
-//! the previous `take()`: the log holds at most the messages of the last take and those
-//! fed since. The decoder's state at a take is copied when that is cheap
-//! ([`Decoder::snapshot`]); when a streamed or prepared transaction is held it is not, and
-//! the forgotten messages are decoded once more, into nothing, to reach that state.
-
-use pyo3::pybacked::PyBackedBytes;
+//! the previous `take()`: the log holds the messages of the last take and those fed since.
+//! The decoder's state at a take is copied when that is cheap ([`Decoder::snapshot`]);
+//! when a streamed or prepared transaction is held it is not, and the forgotten messages
+//! are decoded once more, into nothing, to reach that state.
 
 use crate::decoder::Decoder;
 use crate::error::DecodeError;
 use crate::event_log::EventLog;
 use crate::relation::BaseType;
-use crate::sink::NullSink;
+use crate::sink::{EventSink, NullSink};
+
+/// Messages one after another in one buffer.
+#[derive(Default)]
+struct Messages {
+    bytes: Vec<u8>,
+    /// Where each message ends in `bytes`, and its LSN.
+    ends: Vec<(usize, u64)>,
+}
+
+impl Messages {
+    fn push(&mut self, message: &[u8], lsn: u64) {
+        self.bytes.extend_from_slice(message);
+        self.ends.push((self.bytes.len(), lsn));
+    }
+
+    /// Feeds every message to `decoder`, in order.
+    fn feed(&self, decoder: &mut Decoder, sink: &mut impl EventSink) -> Result<(), DecodeError> {
+        let mut start = 0;
+        for &(end, lsn) in &self.ends {
+            decoder.feed(self.bytes.get(start..end).unwrap_or_default(), lsn, sink)?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// Forgets the messages, keeping the memory for the next ones.
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+}
 
 pub struct MessageLog {
     /// In the state before the first kept message.
     start: Decoder,
-    messages: Vec<(PyBackedBytes, u64)>,
-    /// The last `take()`: how many messages were kept then, and the decoder's state then
-    /// when it was cheap to copy.
-    last_take: Option<(usize, Option<Decoder>)>,
+    /// The messages of the last take (fed before it), while `events()` has never been
+    /// called; otherwise empty.
+    taken: Messages,
+    /// The messages fed since.
+    fed: Messages,
+    /// The main decoder's state at the last take, when it was cheap to copy (`Some(None)`:
+    /// there was a take, but its state could not be copied).
+    at_last_take: Option<Option<Decoder>>,
 }
 
 impl MessageLog {
@@ -35,20 +69,21 @@ impl MessageLog {
     pub fn new(decoder: Decoder) -> Self {
         Self {
             start: decoder,
-            messages: Vec::new(),
-            last_take: None,
+            taken: Messages::default(),
+            fed: Messages::default(),
+            at_last_take: None,
         }
     }
 
     /// Keeps a message the main decoder has just decoded without error.
-    pub fn push(&mut self, message: PyBackedBytes, lsn: u64) {
-        self.messages.push((message, lsn));
+    pub fn push(&mut self, message: &[u8], lsn: u64) {
+        self.fed.push(message, lsn);
     }
 
     /// What the main decoder was told about user types, told to the kept decoders too.
     pub fn extend_type_catalog(&mut self, entries: &[(u32, BaseType)]) {
         self.start.extend_type_catalog(entries.iter().copied());
-        if let Some((_, Some(decoder))) = &mut self.last_take {
+        if let Some(Some(decoder)) = &mut self.at_last_take {
             decoder.extend_type_catalog(entries.iter().copied());
         }
     }
@@ -56,20 +91,15 @@ impl MessageLog {
     /// A `take()` of a caller that has never asked for events: forgets the messages fed
     /// before the previous take. `now` is the main decoder.
     pub fn taken(&mut self, now: &Decoder) -> Result<(), DecodeError> {
-        if let Some((kept, state)) = self.last_take.take() {
-            let kept = kept.min(self.messages.len());
-            match state {
-                Some(decoder) => self.start = decoder,
-                None => {
-                    let mut nothing = NullSink::default();
-                    for (message, lsn) in self.messages.iter().take(kept) {
-                        self.start.feed(message, *lsn, &mut nothing)?;
-                    }
-                }
-            }
-            self.messages.drain(..kept);
+        match self.at_last_take.take() {
+            Some(Some(decoder)) => self.start = decoder,
+            Some(None) => self.taken.feed(&mut self.start, &mut NullSink::default())?,
+            // The first take: `taken` is empty.
+            None => {}
         }
-        self.last_take = Some((self.messages.len(), now.snapshot()));
+        std::mem::swap(&mut self.taken, &mut self.fed);
+        self.fed.clear();
+        self.at_last_take = Some(now.snapshot());
         Ok(())
     }
 
@@ -77,10 +107,13 @@ impl MessageLog {
     /// at the main decoder's state.
     pub fn drain(&mut self) -> Result<EventLog, DecodeError> {
         let mut events = EventLog::default();
-        self.last_take = None;
-        for (message, lsn) in self.messages.drain(..) {
-            self.start.feed(&message, lsn, &mut events)?;
-        }
-        Ok(events)
+        self.at_last_take = None;
+        let fed = self
+            .taken
+            .feed(&mut self.start, &mut events)
+            .and_then(|()| self.fed.feed(&mut self.start, &mut events));
+        self.taken.clear();
+        self.fed.clear();
+        fed.map(|()| events)
     }
 }
