@@ -17,10 +17,11 @@ class Decoder(_native.Decoder):
 
     A decoder keeps only what its caller drains. The change tables accumulate until
     ``take()``. For events, the decoder keeps a copy of each message it decoded and decodes
-    them into :class:`~pgwire_cdc.Event` objects when ``events()`` is called. With the default ``keep_events=None``, until ``events()`` is
-    first called each ``take()`` forgets the messages of the take before it: a caller that
-    drains only with ``take()`` holds at most two takes' worth of messages, and
-    ``events()`` right after a ``take()`` still returns that take's changes.
+    them into :class:`~pgwire_cdc.Event` objects when ``events()`` is called. With the
+    default ``keep_events=None``, until ``events()`` is first called each ``take()``
+    forgets the messages of the take before it: a caller that drains only with ``take()``
+    holds at most two takes' worth of messages, and ``events()`` right after a ``take()``
+    still returns that take's changes.
     ``keep_events=True`` keeps every event until ``events()``; ``keep_events=False`` keeps
     none (``events()`` raises).
     ``keep_tables=False`` builds no tables (``events()`` only).
