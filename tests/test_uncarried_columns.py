@@ -121,3 +121,19 @@ def test_add_and_drop_column_between_changes(db: Database, tmp_path: Path, one_b
         {"a": 1, "b": 1, "c": 6},
         {"a": 2, "b": None, "c": 7},
     ]
+
+
+def test_full_identity_without_key_takes_the_changes_shape(db: Database, tmp_path: Path) -> None:
+    """Rows of a REPLICA IDENTITY FULL table without a key are matched whole, which a
+    column the changes do not carry cannot take part in: the mirror drops it instead."""
+    conn = db.conn
+    conn.execute("CREATE TABLE t (a int, b int, c int)")
+    conn.execute("ALTER TABLE t REPLICA IDENTITY FULL")
+    conn.execute("CREATE PUBLICATION pub FOR TABLE t")
+    mirror = Mirror(tmp_path / "m")
+    _consume(db, mirror)
+    conn.execute("INSERT INTO t VALUES (1, 1, 1), (2, 2, 2)")
+    conn.execute("ALTER TABLE t DROP COLUMN b")
+    conn.execute("UPDATE t SET c = 5 WHERE a = 1")
+    _consume(db, mirror, max_batch_rows=1)
+    assert _mirror_rows(mirror) == [{"a": 1, "c": 5}, {"a": 2, "c": 2}]

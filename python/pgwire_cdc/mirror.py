@@ -32,9 +32,9 @@ mirror cannot know), and a changed type is cast where Arrow can cast it. A colum
 change table does not have (DROP COLUMN, or a column list that no longer names it) was not
 carried by those changes, so it is not set to NULL: it stays, and the rows those changes
 update keep the value the mirror holds for it, as PostgreSQL's own subscriber keeps its
-columns; rows they insert have it null. (For REPLICA IDENTITY FULL tables without a key,
-whose rows are matched whole, such a column cannot take part in the match: change the
-publication back or re-snapshot.)
+columns; rows they insert have it null. A REPLICA IDENTITY FULL table without a key, whose
+rows are matched whole, cannot match on a column the changes do not carry: there the
+column goes.
 """
 
 from __future__ import annotations
@@ -305,9 +305,11 @@ class Mirror:
             base = touched.get(name)
             if base is None and name in state.tables:
                 base = self.table(name)
-            base = _reshape(name, base, shape)
-            changes = _widen(changes, base.schema)
             keys = key_columns(changes)
+            # Rows matched whole (no key) cannot be matched on a column the changes do not
+            # carry: such a table takes the changes' shape.
+            base = _reshape(name, base, shape, keep_uncarried=keys is not None)
+            changes = _widen(changes, base.schema)
             stream, counts = _native.apply_changes(base, changes, keys)
             touched[name] = table_of(stream)
             stats.add(counts)
@@ -368,9 +370,11 @@ def _max_position(current: tuple[int, int] | None, changes: pa.Table) -> tuple[i
     return last if current is None else max(current, last)
 
 
-def _reshape(name: str, base: pa.Table | None, shape: pa.Schema) -> pa.Table:
-    """The mirror table in the change table's shape, plus the columns the mirror holds that
-    the changes do not carry (see the module documentation)."""
+def _reshape(
+    name: str, base: pa.Table | None, shape: pa.Schema, *, keep_uncarried: bool
+) -> pa.Table:
+    """The mirror table in the change table's shape, plus (``keep_uncarried``) the columns
+    the mirror holds that the changes do not carry (see the module documentation)."""
     if base is None:
         return shape.empty_table()
     if base.schema.equals(shape, check_metadata=False):
@@ -392,7 +396,7 @@ def _reshape(name: str, base: pa.Table | None, shape: pa.Schema) -> pa.Table:
                 ) from e
         columns.append(column)
     # Columns the changes do not carry stay (see the module documentation).
-    kept = [f for f in base.schema if f.name not in shape.names]
+    kept = [f for f in base.schema if keep_uncarried and f.name not in shape.names]
     columns.extend(base[f.name] for f in kept)
     return pa.Table.from_arrays(columns, schema=pa.schema([*shape, *kept], shape.metadata))
 
