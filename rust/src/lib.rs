@@ -38,3 +38,11 @@ mod python;
 
 pub use decoder::{Decoder, DecoderConfig};
 pub use error::{DecodeError, MessageKind, Reason};
+
+/// The extension module's allocator. Each `take()` hands its Arrow buffers to Python and
+/// the next batch builds new ones: glibc gives such large blocks back to the kernel when
+/// they are freed and then faults in zeroed pages again, which cost a sixth of the decode
+/// time; mimalloc keeps freed memory for a second before returning it.
+#[cfg(feature = "python")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
