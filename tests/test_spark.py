@@ -91,7 +91,7 @@ def test_to_spark_keeps_every_type_and_value(db: Database, spark: Any, binary: b
     (df,) = pgwire_cdc.spark.to_spark(spark, {"public.typed": changes}).values()
     types = {f.name: f.dataType.simpleString() for f in df.schema.fields}
     assert types["n"] == "decimal(20,4)"
-    assert types["tm"] == "time(6)"
+    assert types["tm"] == "string"  # HH:MM:SS.ffffff: every Spark reader reads it
     assert types["ts"] == "timestamp_ntz"
     assert types["tstz"] == "timestamp"
     assert types["iv"] == "struct<months:int,days:int,microseconds:bigint>"
@@ -109,8 +109,60 @@ def test_to_spark_keeps_every_type_and_value(db: Database, spark: Any, binary: b
         want = expected[name]
         got = back[name]
         if pa.types.is_time(want.type):
-            got = got.cast(want.type)  # Spark hands time back as time64[ns]
+            want = want.cast(pa.string())
+            assert all(v is None or len(v) == 15 for v in got.to_pylist())
         assert [norm(v) for v in got.to_pylist()] == [norm(v) for v in want.to_pylist()], name
+
+
+def test_time_columns_need_no_spark_setting(db: Database, spark: Any, tmp_path: Path) -> None:
+    """Parquet written from to_spark output, and a mirror table with a time column, read
+    on a session with Spark's TIME type off (its default)."""
+    spark.conf.set("spark.sql.timeType.enabled", "false")
+    db.conn.execute("CREATE TABLE clock (id int PRIMARY KEY, t time, ts time[])")
+    db.conn.execute("CREATE PUBLICATION pub FOR TABLE clock")
+    db.conn.execute(
+        "INSERT INTO clock VALUES (1, '13:45', '{00:00:01.5}'), (2, '23:59:59.999999', NULL),"
+        " (3, NULL, '{}')"
+    )
+    batches = list(
+        pgwire_cdc.stream(db.dsn, publication="pub", slot="s1", until_lsn=current_lsn(db))
+    )
+    (df,) = batches[0].to_spark(spark).values()
+    df.write.parquet(str(tmp_path / "out"))
+    back = spark.read.parquet(str(tmp_path / "out")).orderBy("id").collect()
+    assert [(r["id"], r["t"], r["ts"]) for r in back] == [
+        (1, "13:45:00.000000", ["00:00:01.500000"]),
+        (2, "23:59:59.999999", None),
+        (3, None, []),
+    ]
+    m = mirror_mod.Mirror(tmp_path / "mirror")
+    for batch in batches:
+        m.apply(batch)
+    rows = m.dataframe(spark, "public.clock").orderBy("id").collect()
+    assert [r["t"] for r in rows] == ["13:45:00.000000", "23:59:59.999999", None]
+    m.register(spark)
+    assert spark.sql("SELECT max(t) FROM public__clock").collect()[0][0] == "23:59:59.999999"
+
+
+def test_session_workers_import_pgwire_cdc_without_an_active_venv(tmp_path: Path) -> None:
+    """session() makes Spark's Python workers run this interpreter: with a PATH whose
+    python3 lacks pgwire_cdc, a UDF importing it still runs."""
+    script = (
+        "from pgwire_cdc.spark import session\n"
+        "spark = session('workers', 'local[1]', **{'spark.ui.enabled': 'false'})\n"
+        "names = spark.sparkContext.parallelize([1]).map("
+        "lambda _: __import__('pgwire_cdc').__name__).collect()\n"
+        "print(names)\n"
+        "spark.stop()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
+    env["PATH"] = "/usr/bin:/bin"
+    env.pop("VIRTUAL_ENV", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "['pgwire_cdc']" in proc.stdout
 
 
 # -- the mirror --------------------------------------------------------------------

@@ -49,10 +49,11 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.rows import tuple_row
 
-from .errors import ConfigError, SlotError
+from .errors import ConfigError, Error, SlotError
 from .lsn import lsn_to_int
 
 __all__ = [
+    "Problem",
     "Relation",
     "ReplicaIdentity",
     "ServerInfo",
@@ -67,15 +68,46 @@ __all__ = [
     "get_slot",
     "list_slots",
     "parse_table_name",
+    "publication_exists",
     "publication_tables",
+    "quote_ident",
+    "raise_problems",
     "replica_identities",
+    "replica_identity_problems",
     "resolve_tables",
+    "server_problems",
+    "slot_problems",
 ]
 
 #: A table: ``"schema.table"``, ``"table"`` or ``(schema, table)`` (see the module docs).
 TableSpec = str | tuple[str, str]
 
 Connection = psycopg.Connection[Any]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing in the way of streaming, as the checks find it: ``stream()`` raises
+    ``error`` with the messages of all problems found, ``pgwire-cdc check`` lists them.
+
+    ``message`` says what is wrong and how to fix it; ``fix`` is the fix alone (the SQL to
+    run or the setting to change), for programs that act on it."""
+
+    topic: str  # "server", "role", "publication", "table", "privilege", "slot"
+    subject: str  # what it is about: the server, "schema.table", a publication or slot name
+    message: str
+    fix: str
+    error: type[Error] = ConfigError
+
+
+def raise_problems(problems: Sequence[Problem], header: str) -> None:
+    """Raise the error of the first problem with every problem's message (one line each
+    under ``header`` when there are several)."""
+    if not problems:
+        return
+    if len(problems) == 1:
+        raise problems[0].error(problems[0].message)
+    raise problems[0].error(f"{header}:\n- " + "\n- ".join(p.message for p in problems))
 
 
 def _rows(conn: Connection, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
@@ -85,9 +117,12 @@ def _rows(conn: Connection, query: Any, params: Any = None) -> list[tuple[Any, .
         return cur.fetchall() if cur.description is not None else []
 
 
-def _ident(conn: Connection | None, *parts: str) -> str:
+def quote_ident(conn: Connection | None, *parts: str) -> str:
     """``"schema"."table"`` as PostgreSQL would quote it (for messages and advice)."""
     return sql.Identifier(*parts).as_string(conn)
+
+
+_ident = quote_ident
 
 
 def _columns_of(conn: Connection, relation: str) -> set[str]:
@@ -133,16 +168,30 @@ class ServerInfo:
 
 
 def check_server(
-    conn: Connection, *, new_slot: bool = True, need_wal_sender: bool = True
+    conn: Connection,
+    *,
+    new_slot: bool = True,
+    need_wal_sender: bool = True,
+    slots_needed: int | None = None,
 ) -> ServerInfo:
     """Read the server's logical-replication readiness; raise :class:`ConfigError` if it
-    cannot stream.
+    cannot stream (the problems of :func:`server_problems`, all at once, one per line).
 
-    Problems reported (all at once, one per line, each with the change that fixes it):
-    ``wal_level`` is not ``logical``; no free replication slot (only when ``new_slot``: a
-    slot has to be created); no free WAL sender (when ``need_wal_sender``); the login role
-    has neither REPLICATION nor SUPERUSER.
+    ``slots_needed`` is how many replication slots the run creates (default: one when
+    ``new_slot``); a new slot with an initial snapshot needs two at once, the temporary
+    snapshot slot and its permanent copy.
     """
+    info, problems = server_problems(
+        conn,
+        slots_needed=(1 if new_slot else 0) if slots_needed is None else slots_needed,
+        need_wal_sender=need_wal_sender,
+    )
+    raise_problems(problems, "PostgreSQL is not ready for logical replication")
+    return info
+
+
+def server_info(conn: Connection) -> ServerInfo:
+    """What :func:`server_problems` judges: settings, slots and senders in use, the role."""
     row = _rows(
         conn,
         "SELECT current_setting('server_version_num')::int,"
@@ -155,38 +204,78 @@ def check_server(
         " r.rolname, current_database(), r.rolsuper, r.rolreplication, pg_is_in_recovery()"
         " FROM pg_roles r WHERE r.rolname = session_user",
     )[0]
-    info = ServerInfo(*row)
-    problems: list[str] = []
+    return ServerInfo(*row)
+
+
+def server_problems(
+    conn: Connection, *, slots_needed: int = 1, need_wal_sender: bool = True
+) -> tuple[ServerInfo, list[Problem]]:
+    """The server's readiness and what is in its way: ``wal_level`` is not ``logical``;
+    fewer free replication slots than ``slots_needed``; no free WAL sender (when
+    ``need_wal_sender``); a login role with neither REPLICATION nor SUPERUSER."""
+    info = server_info(conn)
+    problems: list[Problem] = []
     if info.wal_level != "logical":
-        problems.append(
-            f"wal_level is '{info.wal_level}'; set wal_level = logical in postgresql.conf"
-            " (or run ALTER SYSTEM SET wal_level = logical) and restart the server"
+        fix = (
+            "set wal_level = logical in postgresql.conf (or run ALTER SYSTEM SET wal_level ="
+            " logical) and restart the server"
         )
-    if new_slot and info.slots_used >= info.max_replication_slots:
         problems.append(
-            f"no free replication slot: {info.slots_used} of max_replication_slots ="
-            f" {info.max_replication_slots} are in use; drop a slot that is no longer"
-            " needed (pg_replication_slots lists them; SELECT pg_drop_replication_slot('name'))"
-            " or raise max_replication_slots in postgresql.conf and restart the server"
+            Problem("server", "wal_level", f"wal_level is '{info.wal_level}'; {fix}", fix)
+        )
+    if slots_needed and info.free_slots < slots_needed:
+        fix = (
+            "drop a slot that is no longer needed (pg_replication_slots lists them; SELECT"
+            " pg_drop_replication_slot('name')) or raise max_replication_slots in"
+            " postgresql.conf and restart the server"
+        )
+        need = (
+            "a new slot with an initial snapshot needs 2 at once (the temporary snapshot slot"
+            " and its permanent copy)"
+            if slots_needed == 2
+            else f"{slots_needed} needed"
+        )
+        free = (
+            "no free replication slot"
+            if info.free_slots == 0
+            else (f"{info.free_slots} free replication slot(s)")
+        )
+        problems.append(
+            Problem(
+                "server",
+                "max_replication_slots",
+                f"{free}: {info.slots_used} of max_replication_slots ="
+                f" {info.max_replication_slots} are in use and {need}; {fix}",
+                fix,
+            )
         )
     if need_wal_sender and info.senders_used >= info.max_wal_senders:
+        fix = (
+            "stop another replication client (pg_stat_replication lists them) or raise"
+            " max_wal_senders in postgresql.conf and restart the server"
+        )
         problems.append(
-            f"no free WAL sender: {info.senders_used} of max_wal_senders ="
-            f" {info.max_wal_senders} are in use; stop another replication client"
-            " (pg_stat_replication lists them) or raise max_wal_senders in postgresql.conf"
-            " and restart the server"
+            Problem(
+                "server",
+                "max_wal_senders",
+                f"no free WAL sender: {info.senders_used} of max_wal_senders ="
+                f" {info.max_wal_senders} are in use; {fix}",
+                fix,
+            )
         )
     if not (info.is_superuser or info.has_replication):
         role = _ident(conn, info.user)
+        fix = f"ALTER ROLE {role} REPLICATION"
         problems.append(
-            f"role {role} has neither the REPLICATION attribute nor superuser, so it cannot"
-            f" open a replication connection; as a superuser run ALTER ROLE {role} REPLICATION"
+            Problem(
+                "role",
+                info.user,
+                f"role {role} has neither the REPLICATION attribute nor superuser, so it"
+                f" cannot open a replication connection; as a superuser run {fix}",
+                fix,
+            )
         )
-    if problems:
-        raise ConfigError(
-            "PostgreSQL is not ready for logical replication:\n- " + "\n- ".join(problems)
-        )
-    return info
+    return info, problems
 
 
 # -- table names ----------------------------------------------------------------------------
@@ -363,6 +452,11 @@ def _publication(conn: Connection, name: str) -> _Publication | None:
         (name,),
     )
     return _Publication(*rows[0]) if rows else None
+
+
+def publication_exists(conn: Connection, publication: str) -> bool:
+    """Whether a publication of that name exists in the connection's database."""
+    return _publication(conn, publication) is not None
 
 
 def publication_tables(conn: Connection, publication: str) -> list[str]:
@@ -589,7 +683,22 @@ _VARATTNO = re.compile(r":varattno (\d+)")
 
 def check_replica_identity(conn: Connection, publication: str) -> list[ReplicaIdentity]:
     """Check that PostgreSQL will let UPDATE and DELETE run on the publication's tables,
-    and return their replica identities.
+    and return their replica identities: :class:`ConfigError` listing every problem of
+    :func:`replica_identity_problems`."""
+    identities, problems = replica_identity_problems(conn, publication)
+    if problems:
+        raise ConfigError(
+            f"updates and deletes of publication {_ident(conn, publication)} cannot be"
+            " replicated:\n- " + "\n- ".join(p.message for p in problems)
+        )
+    return identities
+
+
+def replica_identity_problems(
+    conn: Connection, publication: str
+) -> tuple[list[ReplicaIdentity], list[Problem]]:
+    """The replica identities of the publication's tables, and what would make PostgreSQL
+    reject UPDATE or DELETE on them.
 
     Checked only when the publication publishes update or delete, on every table whose rows
     change (for a partitioned table: each leaf partition), the same rules PostgreSQL
@@ -605,8 +714,8 @@ def check_replica_identity(conn: Connection, publication: str) -> list[ReplicaId
       generated columns never are.
 
     With ``publish_via_partition_root`` the column list and row filter are the topmost
-    published ancestor's. Raises :class:`ConfigError` listing every offending table with
-    its fix.
+    published ancestor's. One problem per offending table and rule, with its fix.
+    :class:`ConfigError` if the publication does not exist.
     """
     pub = _publication(conn, publication)
     if pub is None:
@@ -628,12 +737,12 @@ def check_replica_identity(conn: Connection, publication: str) -> list[ReplicaId
     ]
     identities = _identities_by_oid(conn, leaves)
     if not (pub.pubupdate or pub.pubdelete):
-        return identities
+        return identities, []
     actions = " and ".join(
         a for a, on in (("UPDATE", pub.pubupdate), ("DELETE", pub.pubdelete)) if on
     )
     has_lists = conn.info.server_version >= 150000
-    problems: list[str] = []
+    problems: list[Problem] = []
     for ri in sorted(identities, key=lambda r: r.table):
         table_q = _ident(conn, ri.schema, ri.name)
         if not ri.supports_update_delete:
@@ -656,18 +765,19 @@ def check_replica_identity(conn: Connection, publication: str) -> list[ReplicaId
                     " REPLICA IDENTITY FULL"
                 )
             problems.append(
-                f"{table_q} {state}, so PostgreSQL rejects {actions} on it while publication"
-                f" {pub_q} publishes {actions}; fix: {fix}"
+                Problem(
+                    "table",
+                    ri.table,
+                    f"{table_q} {state}, so PostgreSQL rejects {actions} on it while"
+                    f" publication {pub_q} publishes {actions}; fix: {fix}",
+                    fix,
+                )
             )
             continue
         if has_lists:
-            problems += _list_filter_problems(conn, pub, ri, table_q, pub_q, actions)
-    if problems:
-        raise ConfigError(
-            f"updates and deletes of publication {pub_q} cannot be replicated:\n- "
-            + "\n- ".join(problems)
-        )
-    return identities
+            found = _list_filter_problems(conn, pub, ri, table_q, pub_q, actions)
+            problems += [Problem("table", ri.table, f"{m}; fix: {f}", f) for m, f in found]
+    return identities, problems
 
 
 def _list_filter_problems(
@@ -677,8 +787,9 @@ def _list_filter_problems(
     table_q: str,
     pub_q: str,
     actions: str,
-) -> list[str]:
-    """Column-list, row-filter and generated-column problems of one leaf table (PG15+)."""
+) -> list[tuple[str, str]]:
+    """Column-list, row-filter and generated-column problems of one leaf table (PG15+):
+    (what is wrong, the fix)."""
     # The relation whose column list / row filter applies: with publish_via_partition_root
     # the topmost ancestor in the publication, else the table itself.
     source = ri.oid
@@ -731,33 +842,42 @@ def _list_filter_problems(
     )
     generated = {name: kind for name, kind in columns if kind}
     full = ri.identity == "full"
-    problems: list[str] = []
+    problems: list[tuple[str, str]] = []
     where = "" if source == ri.oid else f" (set on {_describe_oid(conn, source)})"
     if column_list is not None:
         if full:
             problems.append(
-                f"{table_q} has REPLICA IDENTITY FULL, which PostgreSQL does not allow together"
-                f" with the column list of publication {pub_q}{where}, so it rejects {actions}"
-                f" on it; fix: drop the column list (ALTER PUBLICATION {pub_q} SET TABLE"
-                f" {table_q}) or give the table a key identity covered by the list"
+                (
+                    f"{table_q} has REPLICA IDENTITY FULL, which PostgreSQL does not allow"
+                    f" together with the column list of publication {pub_q}{where}, so it"
+                    f" rejects {actions} on it",
+                    f"drop the column list (ALTER PUBLICATION {pub_q} SET TABLE {table_q}) or"
+                    " give the table a key identity covered by the list",
+                )
             )
         else:
             uncovered = [c for c in ri.key_columns if c not in column_list]
             if uncovered:
                 problems.append(
-                    f"the column list of publication {pub_q} for {table_q}{where} leaves out"
-                    f" replica identity column(s) {', '.join(uncovered)}, so PostgreSQL"
-                    f" rejects {actions} on it; fix: add them to the column list"
-                    f" (ALTER PUBLICATION {pub_q} SET TABLE ...) or drop the column list"
+                    (
+                        f"the column list of publication {pub_q} for {table_q}{where} leaves"
+                        f" out replica identity column(s) {', '.join(uncovered)}, so"
+                        f" PostgreSQL rejects {actions} on it",
+                        f"add them to the column list (ALTER PUBLICATION {pub_q} SET TABLE"
+                        " ...) or drop the column list",
+                    )
                 )
     if filter_columns and not full:
         outside = [c for c in filter_columns if c not in ri.key_columns]
         if outside:
             problems.append(
-                f"the row filter of publication {pub_q} for {table_q}{where} uses column(s)"
-                f" {', '.join(outside)} outside the replica identity, so PostgreSQL rejects"
-                f" {actions} on it; fix: ALTER TABLE {table_q} REPLICA IDENTITY FULL, or filter"
-                " on identity columns only"
+                (
+                    f"the row filter of publication {pub_q} for {table_q}{where} uses"
+                    f" column(s) {', '.join(outside)} outside the replica identity, so"
+                    f" PostgreSQL rejects {actions} on it",
+                    f"ALTER TABLE {table_q} REPLICA IDENTITY FULL, or filter on identity"
+                    " columns only",
+                )
             )
     if pub.gencols is not None:
         identity_columns = [c for c, _ in columns] if full else ri.key_columns
@@ -767,16 +887,22 @@ def _list_filter_problems(
         stored = [c for c in identity_columns if generated.get(c) == "s"]
         if stored and pub.gencols != "s":
             problems.append(
-                f"the replica identity of {table_q} includes stored generated column(s)"
-                f" {', '.join(stored)} that publication {pub_q} does not publish, so PostgreSQL"
-                f" rejects {actions} on it; fix: ALTER PUBLICATION {pub_q} SET"
-                " (publish_generated_columns = stored), or change the replica identity"
+                (
+                    f"the replica identity of {table_q} includes stored generated column(s)"
+                    f" {', '.join(stored)} that publication {pub_q} does not publish, so"
+                    f" PostgreSQL rejects {actions} on it",
+                    f"ALTER PUBLICATION {pub_q} SET (publish_generated_columns = stored), or"
+                    " change the replica identity",
+                )
             )
         if virtual:
             problems.append(
-                f"the replica identity of {table_q} includes virtual generated column(s)"
-                f" {', '.join(virtual)}, which logical replication cannot publish, so"
-                f" PostgreSQL rejects {actions} on it; fix: change the replica identity"
+                (
+                    f"the replica identity of {table_q} includes virtual generated column(s)"
+                    f" {', '.join(virtual)}, which logical replication cannot publish, so"
+                    f" PostgreSQL rejects {actions} on it",
+                    "change the replica identity",
+                )
             )
     return problems
 
@@ -972,6 +1098,15 @@ def copy_slot(conn: Connection, src: str, dst: str, temporary: bool = False) -> 
         raise SlotError(f"replication slot {dst!r} already exists; choose another name") from exc
     except pg_errors.InsufficientPrivilege as exc:
         raise _privilege_error(exc, f"copy replication slot {src!r}") from exc
+    except pg_errors.ConfigurationLimitExceeded as exc:
+        raise ConfigError(
+            f"could not copy replication slot {src!r} to {dst!r}: {exc.diag.message_primary};"
+            " the copy needs a free replication slot while the source still exists, so a new"
+            " slot with an initial snapshot needs two: drop a slot that is no longer needed"
+            " (SELECT pg_drop_replication_slot('name')) or raise max_replication_slots in"
+            " postgresql.conf and restart the server, then run again",
+            sqlstate=exc.sqlstate,
+        ) from exc
     except psycopg.DatabaseError as exc:
         raise SlotError(
             f"could not copy replication slot {src!r} to {dst!r}: {exc.diag.message_primary}"
@@ -991,34 +1126,71 @@ def _invalid_reason(info: SlotInfo) -> str:
 
 
 def check_slot_usable(
-    info: SlotInfo, *, database: str | None = None, plugin: str = "pgoutput"
+    info: SlotInfo | None, *, database: str | None = None, plugin: str = "pgoutput"
 ) -> None:
-    """Raise :class:`SlotError` when ``info`` cannot be streamed from: invalidated
-    (``wal_status = 'lost'``, ``conflicting``, ``invalidation_reason``), physical, another
-    output plugin than ``plugin``, or another database than ``database`` (default: the
-    database of the connection that read ``info``)."""
+    """Raise :class:`SlotError` when ``info`` (:func:`get_slot`'s answer) cannot be
+    streamed from: missing (None), invalidated (``wal_status = 'lost'``, ``conflicting``,
+    ``invalidation_reason``), physical, another output plugin than ``plugin``, or another
+    database than ``database`` (default: the database of the connection that read
+    ``info``). A slot another consumer is using is usable once it stops: see
+    :func:`slot_problems` for that check."""
+    if info is None:
+        raise SlotError(
+            "replication slot does not exist (get_slot() found none; pg_replication_slots"
+            " lists the slots): stream() creates it with an initial snapshot"
+        )
+    raise_problems(slot_problems(info, database=database, plugin=plugin), "slot unusable")
+
+
+def slot_problems(
+    info: SlotInfo,
+    *,
+    database: str | None = None,
+    plugin: str = "pgoutput",
+    in_use: bool = False,
+    own_pid: int | None = None,
+) -> list[Problem]:
+    """Why ``info`` cannot be streamed from (see :func:`check_slot_usable`); with
+    ``in_use``, also a slot another process (not ``own_pid``) is streaming from."""
     name = info.slot_name
     expected_db = database if database is not None else info.connection_database
+
+    def problem(message: str, fix: str) -> list[Problem]:
+        return [Problem("slot", name, message, fix, SlotError)]
+
     if info.invalidated:
-        raise SlotError(
+        fix = f"SELECT pg_drop_replication_slot('{name}')"
+        return problem(
             f"replication slot {name!r} is invalidated ({_invalid_reason(info)}): changes it"
             " has not delivered are gone from it; drop it (pgwire_cdc.admin.drop_slot, or"
-            f" SELECT pg_drop_replication_slot('{name}')) and start again with a new slot and"
-            " a fresh initial snapshot"
+            f" {fix}) and start again with a new slot and a fresh initial snapshot",
+            fix,
         )
     if info.slot_type != "logical":
-        raise SlotError(
+        return problem(
             f"replication slot {name!r} is a physical slot; logical decoding needs a logical"
-            f" slot with the {plugin} plugin: use another slot name"
+            f" slot with the {plugin} plugin: use another slot name",
+            "use another slot name",
         )
     if info.plugin != plugin:
-        raise SlotError(
+        return problem(
             f"replication slot {name!r} uses the output plugin {info.plugin!r}, not {plugin!r};"
-            " use another slot name, or drop this slot if nothing else consumes it"
+            " use another slot name, or drop this slot if nothing else consumes it",
+            "use another slot name",
         )
     if info.database != expected_db:
-        raise SlotError(
+        return problem(
             f"replication slot {name!r} belongs to database {info.database!r}, not"
             f" {expected_db!r}; a logical slot decodes only its own database: connect to"
-            f" {info.database!r} or use another slot name"
+            f" {info.database!r} or use another slot name",
+            f"connect to database {info.database!r} or use another slot name",
         )
+    if in_use and info.active and info.active_pid != own_pid:
+        error = slot_in_use_error(name, info.active_pid)
+        fix = (
+            f"stop that consumer, or SELECT pg_terminate_backend({info.active_pid})"
+            if info.active_pid is not None
+            else "stop that consumer"
+        )
+        return problem(str(error), fix)
+    return []

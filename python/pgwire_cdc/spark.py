@@ -13,8 +13,7 @@ decimal128(p, s)                decimal(p, s)
 string (also dictionary)        string
 binary                          binary
 date32                          date
-time64[us]                      time(6) (``to_spark`` turns on
-                                ``spark.sql.timeType.enabled`` when needed)
+time64[us]                      string ``HH:MM:SS.ffffff`` (see below)
 timestamp[us]                   timestamp_ntz (wall-clock time, no zone)
 timestamp[us, tz=UTC]           timestamp (an instant; shown in the session time
                                 zone, so run Spark with ``spark.sql.session.timeZone
@@ -22,6 +21,13 @@ timestamp[us, tz=UTC]           timestamp (an instant; shown in the session time
 struct (interval, ``_before``)  struct of the same fields
 list<T>                         array<T>
 ==============================  ===============================================
+
+``time`` columns: Spark's own TIME type (4.1+) is off by default
+(``spark.sql.timeType.enabled``), Parquet files holding it fail on an ordinary session
+(``UNSUPPORTED_TIME_TYPE``) and Delta Lake has no time type at all. So a ``time`` value
+reaches Spark as a fixed-width string, ``13:45:00.000000``: every reader reads it,
+strings sort in time order, and ``to_timestamp(col, 'HH:mm:ss.SSSSSS')`` or a cast to
+Spark's TIME type turns it back. The change tables themselves keep ``time64[us]``.
 """
 
 from __future__ import annotations
@@ -67,10 +73,7 @@ def spark_type(arrow: pa.DataType) -> DataType:
     if pat.is_timestamp(arrow):
         return T.TimestampType() if arrow.tz is not None else T.TimestampNTZType()
     if pat.is_time64(arrow):
-        time_type = getattr(T, "TimeType", None)
-        if time_type is None:
-            raise ConfigError("time columns need PySpark 4.1 or later (Spark's TIME type)")
-        return time_type(6)  # type: ignore[no-any-return]
+        return T.StringType()  # see the module docs
     if pat.is_struct(arrow):
         return T.StructType([T.StructField(f.name, spark_type(f.type), True) for f in arrow])
     if pat.is_list(arrow) or pat.is_large_list(arrow):
@@ -85,9 +88,6 @@ def spark_schema(schema: pa.Schema) -> StructType:
     return T.StructType([T.StructField(f.name, spark_type(f.type), True) for f in schema])
 
 
-TIME_TYPE_CONF = "spark.sql.timeType.enabled"
-
-
 def _has_time(arrow: pa.DataType) -> bool:
     if pat.is_time(arrow):
         return True
@@ -98,27 +98,48 @@ def _has_time(arrow: pa.DataType) -> bool:
     return False
 
 
-def enable_time_type(spark: SparkSession, tables: dict[str, pa.Table]) -> None:
-    """Spark 4.1+ has a TIME type behind ``spark.sql.timeType.enabled``; a change table
-    with a time column needs it on (it is a runtime setting of the session)."""
-    if any(_has_time(f.type) for t in tables.values() for f in t.schema):
-        if spark.conf.get(TIME_TYPE_CONF, "false") != "true":
-            spark.conf.set(TIME_TYPE_CONF, "true")
+def _time_as_string(arrow: pa.DataType) -> pa.DataType:
+    """``arrow`` with every time type (nested ones too) replaced by string."""
+    if pat.is_time(arrow):
+        return pa.string()
+    if pat.is_struct(arrow):
+        return pa.struct([f.with_type(_time_as_string(f.type)) for f in arrow])
+    if pat.is_list(arrow):
+        return pa.list_(arrow.value_field.with_type(_time_as_string(arrow.value_type)))
+    if pat.is_large_list(arrow):
+        return pa.large_list(arrow.value_field.with_type(_time_as_string(arrow.value_type)))
+    return arrow
+
+
+def for_spark(table: pa.Table) -> pa.Table:
+    """The table as Spark takes it: time columns as ``HH:MM:SS.ffffff`` strings (cast by
+    Arrow, no per-row Python); other columns as they are."""
+    if not any(_has_time(f.type) for f in table.schema):
+        return table
+    schema = pa.schema(
+        [f.with_type(_time_as_string(f.type)) for f in table.schema], metadata=table.schema.metadata
+    )
+    return table.cast(schema)
 
 
 def to_spark(spark: SparkSession, tables: dict[str, pa.Table]) -> dict[str, DataFrame]:
     """One DataFrame per change table: ``createDataFrame`` straight from the Arrow table
     with its exact Spark schema (no pandas, no per-row Python)."""
-    enable_time_type(spark, tables)
     return {
-        name: spark.createDataFrame(table, schema=spark_schema(table.schema))
+        name: spark.createDataFrame(for_spark(table), schema=spark_schema(table.schema))
         for name, table in tables.items()
     }
 
 
 def session(app_name: str = "pgwire_cdc", master: str = "local[*]", **conf: str) -> SparkSession:
-    """A Spark session set up the way the hand-off expects: UTC session time zone, Arrow
-    transfers and the TIME type on. Extra ``conf`` entries are passed through."""
+    """A Spark session set up the way the hand-off expects: UTC session time zone and
+    Arrow transfers on. For a local master, Spark's Python workers run this interpreter
+    (``spark.pyspark.python``), so they import pgwire_cdc without an activated virtual
+    environment; executors of a cluster need the package installed. Extra ``conf``
+    entries are passed through."""
+    import os
+    import sys
+
     from pyspark.sql import SparkSession
 
     builder = (
@@ -126,8 +147,12 @@ def session(app_name: str = "pgwire_cdc", master: str = "local[*]", **conf: str)
         .master(master)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config(TIME_TYPE_CONF, "true")
     )
+    if master.startswith("local"):
+        # PySpark reads the variable (RDD functions) and the JVM the setting (SQL UDFs,
+        # data sources); a choice the user made already stays.
+        python = os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = builder.config("spark.pyspark.python", python)
     for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import pyarrow as pa
 
-from . import _native, admin, catalog, session
+from . import _native, admin, catalog, preflight, session
 from .errors import ConfigError, ConnectionError, SlotError
 from .lsn import int_to_lsn, lsn_to_int
 from .tables import merge_segments, table_of
@@ -76,9 +76,6 @@ STALL_TIMEOUT_S = 60.0
 
 #: What PostgreSQL accepts as a replication slot name.
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
-
-#: The lowest server version of each pgoutput protocol version.
-_PROTO_MIN_SERVER = {1: 100000, 2: 140000, 3: 150000, 4: 160000}
 
 
 @dataclass
@@ -163,6 +160,7 @@ class _Stream:
         self.binary = False
         self.status_interval_ms = 10_000
         self.stall_timeout_ms = 0
+        self.existing_slot: admin.SlotInfo | None = None
 
     # -- setup ---------------------------------------------------------------------
 
@@ -170,18 +168,21 @@ class _Stream:
         conn = _connect(self.dsn)
         self.conn = conn
         session.apply(conn)
-        new_slot = admin.get_slot(conn, self.slot) is None
-        info = admin.check_server(conn, new_slot=new_slot)
-        self.server_version = info.version_num
-        _check_proto_version(self.o["proto_version"], info)
-        # tables= comes with one publication only (stream() checks).
-        for publication in self.publications:
-            admin.ensure_publication(conn, publication, self.o["tables"])
-        for publication in self.publications:
-            admin.check_replica_identity(conn, publication)
-        self.table_infos = catalog.tables_of_publications(conn, self.publications)
-        if new_slot and self.o["snapshot"]:
-            _check_select_privileges(conn, self.table_infos)
+        # Every check runs before any DDL; the publication DDL commits only when nothing is
+        # in the way (preflight.py).
+        found = preflight.run(
+            conn,
+            self.publications,
+            self.o["tables"],
+            self.slot,
+            snapshot=self.o["snapshot"],
+            proto_version=self.o["proto_version"],
+            apply=True,
+        )
+        found.raise_if_blocked()
+        self.existing_slot = found.slot
+        self.server_version = found.info.version_num
+        self.table_infos = found.tables
         user_types = {
             c.type_oid for t in self.table_infos for c in t.columns if c.type_oid >= 16384
         }
@@ -258,11 +259,8 @@ class _Stream:
         try:
             self.prepare()
             assert self.conn is not None
-            existing = admin.get_slot(self.conn, self.slot)
+            existing = self.existing_slot
             if existing is not None:
-                admin.check_slot_usable(existing)
-                if existing.active:
-                    raise admin.slot_in_use_error(existing.slot_name, existing.active_pid)
                 start = existing.confirmed_flush_lsn or 0
                 self.acked_lsn = start
                 self.repl = self._replication_connection()
@@ -571,36 +569,6 @@ def _connect(dsn: str) -> psycopg.Connection[Any]:
         ) from None
 
 
-def _check_proto_version(proto_version: int | None, info: admin.ServerInfo) -> None:
-    """A pgoutput protocol version the server does not speak yet is a ConfigError."""
-    if proto_version is None:
-        return
-    needed = _PROTO_MIN_SERVER[proto_version]
-    if info.version_num < needed:
-        best = max(v for v, floor in _PROTO_MIN_SERVER.items() if info.version_num >= floor)
-        raise ConfigError(
-            f"proto_version={proto_version} needs PostgreSQL {needed // 10000} or later, but"
-            f" the server is {info.version}; pass proto_version={best} or leave it unset"
-            " (the highest version the server speaks is used), or upgrade the server"
-        )
-
-
-def _check_select_privileges(
-    conn: psycopg.Connection[Any], tables: list[catalog.TableInfo]
-) -> None:
-    """The initial snapshot reads every published table: the role needs SELECT on it (or
-    on each published column)."""
-    denied = catalog.unreadable_tables(conn, tables)
-    if denied:
-        role = catalog.current_role(conn)
-        names = ", ".join(denied)
-        raise ConfigError(
-            f"role {role} may not read {names}, which the initial snapshot copies; as the"
-            f" tables' owner run GRANT SELECT ON {names} TO {role}, or pass snapshot=False"
-            " to stream changes only"
-        )
-
-
 def _transient(error: Exception) -> bool:
     """Whether a failed reconnect is worth retrying: a lost or refused connection, or the
     slot still held by the walsender of the lost connection; not a refused login, a
@@ -691,7 +659,7 @@ def stream(
                 f"spill_dir {spill_dir!r} is not a writable directory: give a directory this"
                 " process can create files in, with room for the largest transaction"
             )
-    if proto_version is not None and proto_version not in _PROTO_MIN_SERVER:
+    if proto_version is not None and proto_version not in preflight.PROTO_MIN_SERVER:
         raise ConfigError(
             f"proto_version must be 1, 2, 3 or 4, not {proto_version!r} (or None: the highest"
             " the server speaks)"
