@@ -1,0 +1,259 @@
+"""Snapshot chunks read while streaming goes on: the watermark algorithm of Netflix's DBLog
+(Debezium calls it incremental snapshots), for a table whose existing rows a pipeline does
+not hold yet.
+
+A table is read in chunks of rows in key order. For each chunk, in one ``REPEATABLE READ``
+transaction:
+
+1. the transaction's snapshot *S* is taken, and its visibility (``pg_current_snapshot()``:
+   ``xmin``, ``xmax`` and the transactions in progress) is kept;
+2. a *low watermark* is written into the WAL (``pg_logical_emit_message`` with
+   ``transactional = false``: logged at once, at its place in WAL order, and visible to
+   the stream under the prefix :data:`WATERMARK_PREFIX`);
+3. the chunk is read under *S* (``COPY ... (FORMAT BINARY)`` into a change table of
+   ``read`` rows by the same decoder as the initial snapshot);
+4. a *high watermark* is written; its LSN *h* is where the chunk's rows belong in the
+   stream.
+
+Every transaction that committed before *h* comes through the stream before *h*, and
+every one that committed after it comes after. A transaction *S* sees has its effect in the
+chunk already, so the chunk's rows placed at *h* are at least as new as anything before
+them. A transaction *S* does not see (in progress when *S* was taken, or begun later) but
+that committed before *h* changed rows the chunk holds in an older state: :func:`reconcile`
+drops every key such a transaction touched from the chunk, so its change (delivered before
+*h*) stands. Changes after *h* apply on top of the chunk's rows. So the table's rows arrive
+exactly once each, and an older chunk value never overwrites a newer change. Comparing
+against *S* itself (not only against the low watermark) also covers a transaction whose
+commit record is in the WAL before the low watermark but that was not yet visible when
+*S* was taken.
+
+The chunk's rows carry ``_lsn`` = ``_commit_lsn`` = *h* - 1: inside the watermark's own WAL
+record, so no transaction's commit LSN equals it and ``(_commit_lsn, _tx_ordinal)`` orders
+them after everything committed before *h* and before everything committed after it.
+
+Tables without a replica-identity key cannot be read in key order nor matched by key: they
+are not read in chunks (see :func:`chunk_query`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
+from psycopg import sql
+
+from . import _native
+from .catalog import TableInfo
+from .errors import ConfigError
+from .lsn import lsn_to_int
+from .tables import table_of
+
+#: The prefix of the watermark messages (``pg_logical_emit_message``).
+WATERMARK_PREFIX = "pgwire_cdc.watermark"
+
+_XID_SPACE = 1 << 32
+
+
+@dataclass(frozen=True)
+class Visibility:
+    """Which transactions a snapshot sees (``pg_current_snapshot()``, 64-bit xids)."""
+
+    xmin: int
+    xmax: int
+    in_progress: frozenset[int]
+
+    @classmethod
+    def parse(cls, text: str) -> Visibility:
+        """From ``pg_current_snapshot()::text``: ``xmin:xmax:xip1,xip2,...``."""
+        xmin, xmax, xip = text.split(":")
+        return cls(int(xmin), int(xmax), frozenset(int(x) for x in xip.split(",") if x))
+
+    def full_xid(self, xid: int) -> int:
+        """The 64-bit xid of a 32-bit one (as pgoutput sends it) of a transaction within
+        2^31 of this snapshot, which every transaction the stream delivers around it is."""
+        behind = (self.xmax - xid) % _XID_SPACE
+        if behind <= _XID_SPACE // 2:
+            return self.xmax - behind
+        return self.xmax + (xid - self.xmax) % _XID_SPACE
+
+    def sees(self, xid: int) -> bool:
+        """Whether the snapshot sees the (committed) transaction with this 32-bit xid."""
+        full = self.full_xid(xid)
+        return full < self.xmax and full not in self.in_progress
+
+
+@dataclass
+class Chunk:
+    """One chunk of a table read under its own snapshot, between two watermarks."""
+
+    table: str  # "schema.table"
+    rows: pa.Table  # a change table of ``read`` rows, in key order
+    visibility: Visibility
+    low: int  # the low watermark's LSN
+    high: int  # the high watermark's LSN
+    #: The key of the last row read (the next chunk starts after it); None when this chunk
+    #: reached the end of the table.
+    last_key: tuple[Any, ...] | None
+
+    @property
+    def position(self) -> int:
+        """The ``_lsn`` / ``_commit_lsn`` of the chunk's rows (module docs)."""
+        return self.high - 1
+
+
+def key_columns(table: TableInfo) -> list[str]:
+    """The replica-identity key columns of ``table`` (ConfigError when it has none)."""
+    keys = [c.name for c in table.columns if c.is_key]
+    if not keys or table.replica_identity == "f":
+        raise ConfigError(
+            f"{table.qualified} has no replica-identity key (a primary key or REPLICA IDENTITY"
+            " USING INDEX), so it cannot be read in key-ordered chunks while streaming; give"
+            " it a primary key, or take a new slot with an initial snapshot"
+        )
+    return keys
+
+
+def chunk_query(
+    table: TableInfo,
+    after: Sequence[Any] | None,
+    limit: int,
+    conn: psycopg.Connection[Any] | None = None,
+) -> str:
+    """``COPY (SELECT <published columns> FROM ONLY t WHERE <row filter> AND (k1, k2) >
+    (after) ORDER BY k1, k2 LIMIT n) TO STDOUT (FORMAT BINARY)``: the next chunk."""
+    keys = key_columns(table)
+    by_name = {c.name: c for c in table.columns}
+    selected = sql.SQL(", ").join(
+        sql.Identifier(c.name)
+        if _native.binary_decodable(c.base_type_oid)
+        else sql.SQL("{}::text").format(sql.Identifier(c.name))
+        for c in table.columns
+    )
+    key_list = sql.SQL(", ").join(sql.Identifier(k) for k in keys)
+    conditions: list[sql.Composable] = []
+    if table.row_filter:
+        conditions.append(sql.SQL("({})").format(sql.SQL(table.row_filter)))
+    if after is not None:
+        bound = sql.SQL(", ").join(
+            sql.SQL("{}::{}").format(sql.Literal(value), sql.SQL(by_name[k].type_name))
+            for k, value in zip(keys, after, strict=True)
+        )
+        conditions.append(sql.SQL("({}) > ({})").format(key_list, bound))
+    where = (
+        sql.SQL(" WHERE {}").format(sql.SQL(" AND ").join(conditions))
+        if conditions
+        else sql.SQL("")
+    )
+    relation = sql.Identifier(table.schema, table.name)
+    source = sql.SQL("ONLY {}").format(relation) if table.relkind == "r" else relation
+    query = sql.SQL(
+        "COPY (SELECT {} FROM {}{} ORDER BY {} LIMIT {}) TO STDOUT (FORMAT BINARY)"
+    ).format(selected, source, where, key_list, sql.Literal(int(limit)))
+    return query.as_string(conn)
+
+
+def _watermark(conn: psycopg.Connection[Any], kind: str, table: str, chunk: int) -> int:
+    content = json.dumps({"kind": kind, "table": table, "chunk": chunk})
+    row = conn.execute(
+        "SELECT pg_logical_emit_message(false, %s, %s)::text", (WATERMARK_PREFIX, content)
+    ).fetchone()
+    assert row is not None
+    return lsn_to_int(row[0])
+
+
+def read_chunk(
+    conn: psycopg.Connection[Any],
+    table: TableInfo,
+    after: Sequence[Any] | None,
+    limit: int,
+    number: int = 0,
+) -> Chunk:
+    """The chunk of at most ``limit`` rows after key ``after`` (None: from the start), by
+    the steps of the module docs, on ``conn`` (autocommit, not in a transaction)."""
+    keys = key_columns(table)
+    query = chunk_query(table, after, limit, conn)
+    columns = [
+        (c.name, c.type_oid, c.base_type_oid, c.type_modifier, c.base_type_modifier, c.is_key)
+        for c in table.columns
+    ]
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+        assert row is not None
+        visibility = Visibility.parse(row[0])
+        low = _watermark(conn, "low", table.qualified, number)
+        chunks: list[bytes] = []
+        with conn.cursor().copy(query) as copy:
+            for data in copy:
+                chunks.append(bytes(data))
+        high = _watermark(conn, "high", table.qualified, number)
+    decoder = _native.CopyDecoder(
+        table.oid, table.schema, table.name, table.replica_identity, columns, high - 1
+    )
+    decoder.feed_many(chunks)
+    rows = table_of(decoder.finish())
+    last_key: tuple[Any, ...] | None = None
+    if rows.num_rows == limit and limit > 0:
+        last = rows.slice(rows.num_rows - 1, 1).select(keys).to_pylist()[0]
+        last_key = tuple(last[k] for k in keys)
+    return Chunk(table.qualified, rows, visibility, low, high, last_key)
+
+
+def _unseen_keys(chunk: Chunk, keys: list[str], changes: pa.Table) -> tuple[pa.Table, bool]:
+    """The keys that changes of transactions ``chunk``'s snapshot does not see, committed
+    before its high watermark, touched (new and old images); and whether such a
+    transaction truncated the table."""
+    early = changes.filter(pc.less(changes["_commit_lsn"], pa.scalar(chunk.high, pa.int64())))
+    if early.num_rows == 0:
+        return pa.table({k: changes[k].slice(0, 0) for k in keys}), False
+    xids = [x for x in pc.unique(early["_xid"]).to_pylist() if x is not None]
+    unseen = [x for x in xids if not chunk.visibility.sees(x)]
+    if not unseen:
+        return pa.table({k: early[k].slice(0, 0) for k in keys}), False
+    touched = early.filter(pc.is_in(early["_xid"], value_set=pa.array(unseen, early["_xid"].type)))
+    kinds = pc.cast(touched["_change_type"], pa.string())
+    truncated = bool(pc.any(pc.equal(kinds, "truncate")).as_py())
+    parts = [touched.select(keys)]
+    before = touched["_before"]
+    if before.null_count < len(before):
+        flat = pa.table({k: pc.struct_field(before, k) for k in keys})
+        parts.append(flat)
+    found = pa.concat_tables([p.cast(parts[0].schema) for p in parts])
+    mask = None
+    for k in keys:
+        valid = pc.is_valid(found[k])
+        mask = valid if mask is None else pc.and_(mask, valid)
+    assert mask is not None
+    return found.filter(mask), truncated
+
+
+def reconcile(chunk: Chunk, keys: list[str], changes: Iterable[pa.Table]) -> pa.Table:
+    """The chunk's rows to deliver: all but those whose key a transaction the chunk's
+    snapshot does not see, committed before the high watermark, touched (module docs).
+    ``changes`` are the table's change tables the stream delivered around the chunk (every
+    change committed before the high watermark since the chunk's snapshot; more do no
+    harm)."""
+    tables = [t for t in changes if t.num_rows]
+    if not tables or chunk.rows.num_rows == 0:
+        return chunk.rows
+    conflicts = []
+    for changed in tables:
+        found, truncated = _unseen_keys(chunk, keys, changed)
+        if truncated:
+            return chunk.rows.slice(0, 0)
+        if found.num_rows:
+            conflicts.append(found)
+    if not conflicts:
+        return chunk.rows
+    unseen = pa.concat_tables([c.cast(conflicts[0].schema) for c in conflicts])
+    indexed = chunk.rows.select(keys).append_column(
+        "_row", pa.array(range(chunk.rows.num_rows), pa.int64())
+    )
+    kept = indexed.join(unseen.cast(indexed.select(keys).schema), keys, join_type="left anti")
+    order = pc.sort_indices(kept["_row"])
+    return chunk.rows.take(pc.take(kept["_row"], order))
