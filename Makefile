@@ -83,6 +83,7 @@ bench-live: build
 	$(PIP) install -q -r benches/requirements.txt
 	$(PY) benches/live.py
 	$(PY) benches/live_shapes.py
+	$(PY) benches/incremental.py
 
 # Spark: the Arrow hand-off vs the pandas path, mirror apply, commit-to-mirror lag.
 bench-spark: build bench-capture

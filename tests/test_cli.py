@@ -18,7 +18,7 @@ from pgwire_cdc import cli
 from pgwire_cdc import mirror as mirror_mod
 from test_stream import current_lsn
 
-COMMANDS = ["demo", "stream", "slots", "drop-slot", "check", "bench"]
+COMMANDS = ["demo", "stream", "slots", "drop-slot", "check", "bench", "resnapshot"]
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> Any:
@@ -252,3 +252,11 @@ def test_verbose_after_the_command_logs_progress(db: Database, tmp_path: Path) -
     assert "INFO pgwire_cdc" in proc.stderr
     assert "snapshot: 50 rows" in proc.stderr
     db.conn.execute("SELECT pg_drop_replication_slot('verbose')")
+
+
+def test_resnapshot_needs_a_running_stream(db: Database) -> None:
+    db.conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    proc = run_cli("resnapshot", "--dsn", db.dsn, "--slot", "nope", "--table", "public.t")
+    assert proc.returncode == cli.EXIT_ERROR
+    assert "replication slot 'nope' does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -20,7 +20,7 @@ from .errors import (
     SpillError,
 )
 from .lsn import int_to_lsn, lsn_to_int
-from .streaming import Batch, stream
+from .streaming import Batch, resnapshot, stream
 
 __all__ = [
     "UNCHANGED_TOAST",
@@ -37,5 +37,6 @@ __all__ = [
     "errors",
     "int_to_lsn",
     "lsn_to_int",
+    "resnapshot",
     "stream",
 ]

@@ -187,6 +187,14 @@ def cmd_drop_slot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_resnapshot(args: argparse.Namespace) -> int:
+    from .streaming import resnapshot
+
+    names = resnapshot(args.dsn, args.slot, args.table)
+    print(f"asked the stream of slot {args.slot} to read {', '.join(names)} again")
+    return EXIT_OK
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from .check import run_checks
 
@@ -227,6 +235,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
         "streaming": not args.no_streaming,
         "spill_dir": args.spill_dir,
         "spill_threshold": args.spill_threshold_mb << 20,
+        "chunk_rows": args.chunk_rows,
     }
     started = time.monotonic()
     if args.mirror:
@@ -435,6 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--text", action="store_true", help="text tuples instead of binary")
     for flag, default, meaning in (
+        ("--chunk-rows", 10_000, "rows per chunk of a table added later (read while streaming)"),
         ("--max-batch-rows", 100_000, "at most this many changes per batch"),
         ("--max-batch-mb", 64, "at most about this many MB of changes per batch"),
         ("--max-batch-ms", 1000, "deliver a batch at least this often while changes arrive"),
@@ -479,6 +489,20 @@ def build_parser() -> argparse.ArgumentParser:
     _dsn_arg(p)
     p.add_argument("slot", help="the slot's name (pgwire-cdc slots lists them)")
     p.set_defaults(func=cmd_drop_slot)
+
+    p = command(
+        "resnapshot",
+        help="make a running stream read tables again (while it streams on)",
+        description="Asks the stream running on --slot to read the given tables again, in "
+        "key-ordered chunks between watermarks while it goes on streaming; the rows arrive "
+        "as read rows (a mirror upserts them). The stream must be running.",
+    )
+    _dsn_arg(p)
+    p.add_argument("--slot", required=True, help="the slot of the running stream")
+    p.add_argument(
+        "--table", action="append", required=True, help="schema.table to read again (repeatable)"
+    )
+    p.set_defaults(func=cmd_resnapshot)
 
     p = command(
         "check",

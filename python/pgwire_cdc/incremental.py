@@ -38,6 +38,7 @@ are not read in chunks (see :func:`chunk_query`).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,8 @@ from .catalog import TableInfo
 from .errors import ConfigError
 from .lsn import lsn_to_int
 from .tables import table_of
+
+log = logging.getLogger("pgwire_cdc")
 
 #: The prefix of the watermark messages (``pg_logical_emit_message``).
 WATERMARK_PREFIX = "pgwire_cdc.watermark"
@@ -123,9 +126,11 @@ def chunk_query(
     after: Sequence[Any] | None,
     limit: int,
     conn: psycopg.Connection[Any] | None = None,
+    only: Sequence[Sequence[Any]] | None = None,
 ) -> str:
     """``COPY (SELECT <published columns> FROM ONLY t WHERE <row filter> AND (k1, k2) >
-    (after) ORDER BY k1, k2 LIMIT n) TO STDOUT (FORMAT BINARY)``: the next chunk."""
+    (after) ORDER BY k1, k2 LIMIT n) TO STDOUT (FORMAT BINARY)``: the next chunk; with
+    ``only``, the rows of those keys instead (``(k1, k2) IN (...)``)."""
     keys = key_columns(table)
     by_name = {c.name: c for c in table.columns}
     selected = sql.SQL(", ").join(
@@ -144,6 +149,17 @@ def chunk_query(
             for k, value in zip(keys, after, strict=True)
         )
         conditions.append(sql.SQL("({}) > ({})").format(key_list, bound))
+    if only is not None:
+        listed = sql.SQL(", ").join(
+            sql.SQL("({})").format(
+                sql.SQL(", ").join(
+                    sql.SQL("{}::{}").format(sql.Literal(value), sql.SQL(by_name[k].type_name))
+                    for k, value in zip(keys, key, strict=True)
+                )
+            )
+            for key in only
+        )
+        conditions.append(sql.SQL("({}) IN ({})").format(key_list, listed))
     where = (
         sql.SQL(" WHERE {}").format(sql.SQL(" AND ").join(conditions))
         if conditions
@@ -172,11 +188,13 @@ def read_chunk(
     after: Sequence[Any] | None,
     limit: int,
     number: int = 0,
+    only: Sequence[Sequence[Any]] | None = None,
 ) -> Chunk:
-    """The chunk of at most ``limit`` rows after key ``after`` (None: from the start), by
-    the steps of the module docs, on ``conn`` (autocommit, not in a transaction)."""
+    """The chunk of at most ``limit`` rows after key ``after`` (None: from the start), or
+    the rows of the keys ``only``, by the steps of the module docs, on ``conn``
+    (autocommit, not in a transaction)."""
     keys = key_columns(table)
-    query = chunk_query(table, after, limit, conn)
+    query = chunk_query(table, after, limit, conn, only)
     columns = [
         (c.name, c.type_oid, c.base_type_oid, c.type_modifier, c.base_type_modifier, c.is_key)
         for c in table.columns
@@ -198,7 +216,7 @@ def read_chunk(
     decoder.feed_many(chunks)
     rows = table_of(decoder.finish())
     last_key: tuple[Any, ...] | None = None
-    if rows.num_rows == limit and limit > 0:
+    if only is None and rows.num_rows == limit and limit > 0:
         last = rows.slice(rows.num_rows - 1, 1).select(keys).to_pylist()[0]
         last_key = tuple(last[k] for k in keys)
     return Chunk(table.qualified, rows, visibility, low, high, last_key)
@@ -257,3 +275,141 @@ def reconcile(chunk: Chunk, keys: list[str], changes: Iterable[pa.Table]) -> pa.
     kept = indexed.join(unseen.cast(indexed.select(keys).schema), keys, join_type="left anti")
     order = pc.sort_indices(kept["_row"])
     return chunk.rows.take(pc.take(kept["_row"], order))
+
+
+def _keys_of(rows: pa.Table, keys: list[str]) -> list[tuple[Any, ...]]:
+    return [tuple(r[k] for k in keys) for r in rows.select(keys).to_pylist()]
+
+
+@dataclass
+class _Job:
+    """One table's incremental snapshot."""
+
+    table: TableInfo
+    keys: list[str]
+    #: Rows up to this key are delivered (None: none yet).
+    after: tuple[Any, ...] | None
+    #: Keys a chunk dropped (a change the chunk's snapshot did not see): read again.
+    retry: list[tuple[Any, ...]]
+    chunks: int = 0
+    rows: int = 0
+    estimate: int = 0
+    read_all: bool = False
+
+
+class Snapshots:
+    """The incremental snapshots of one stream: one chunk at a time, its rows handed out
+    in the first batch that reaches its high watermark.
+
+    ``step`` is called with each batch's change tables and position before the batch is
+    handed out (it reads nothing from the server); it returns the chunk rows to add to the
+    batch and the snapshot progress to report with it; ``read_next`` then reads the next
+    chunk (``Batch.snapshot_progress``): per table, the key up to which its rows
+    have been delivered (a list; empty: none yet), or None once all of them have.
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any], chunk_rows: int) -> None:
+        self.conn = conn
+        self.chunk_rows = chunk_rows
+        self.jobs: dict[str, _Job] = {}
+        self.pending: tuple[_Job, Chunk, bool] | None = None  # (job, chunk, is a retry)
+        #: The changes of the pending chunk's table since the chunk before it was handed
+        #: out (reconcile() looks at those committed before the high watermark).
+        self.window: list[pa.Table] = []
+        self.recent: list[pa.Table] = []
+        self.announce: dict[str, list[Any] | None] = {}
+
+    @property
+    def active(self) -> bool:
+        return bool(self.jobs)
+
+    @property
+    def waiting_for(self) -> int | None:
+        """The high watermark the pending chunk waits for."""
+        return self.pending[1].high if self.pending is not None else None
+
+    def add(self, table: TableInfo, after: Sequence[Any] | None = None) -> None:
+        """Snapshot ``table`` (again), after key ``after`` (None: from the start)."""
+        keys = key_columns(table)
+        row = self.conn.execute(
+            "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = %s", (table.oid,)
+        ).fetchone()
+        job = _Job(table, keys, tuple(after) if after is not None else None, [])
+        job.estimate = int(row[0]) if row else 0
+        if self.pending is not None and self.pending[0].table.qualified == table.qualified:
+            self.pending = None  # read again from the new starting point
+        self.jobs[table.qualified] = job
+        self.announce[table.qualified] = list(job.after or ())
+        log.info(
+            "incremental snapshot of %s%s: about %d rows, %d per chunk",
+            table.qualified,
+            f" from after key {list(job.after)}" if job.after is not None else "",
+            job.estimate,
+            self.chunk_rows,
+        )
+
+    @property
+    def wants_chunk(self) -> bool:
+        """Whether :meth:`read_next` has a chunk to read."""
+        return self.pending is None and bool(self.jobs)
+
+    def read_next(self, tables: dict[str, pa.Table], handed_out: bool) -> None:
+        """Reads the next chunk (on the connection; psycopg errors go to the caller, who
+        may call again). ``tables``: the batch just handed out; ``handed_out``: whether it
+        carried the previous chunk's rows."""
+        if not self.wants_chunk:
+            return
+        job = next(iter(self.jobs.values()))
+        if not handed_out:
+            # Changes handed out just before the chunk's snapshot may still be invisible
+            # to it (a commit is in the WAL before it is visible).
+            changed = tables.get(job.table.qualified)
+            self.recent = [changed] if changed is not None and changed.num_rows else []
+        if job.retry:
+            keys, rest = job.retry[: self.chunk_rows], job.retry[self.chunk_rows :]
+            chunk = read_chunk(self.conn, job.table, None, len(keys), job.chunks, keys)
+            job.retry = rest
+            self.pending = (job, chunk, True)
+        else:
+            chunk = read_chunk(self.conn, job.table, job.after, self.chunk_rows, job.chunks)
+            self.pending = (job, chunk, False)
+        self.window = []
+
+    def step(
+        self, tables: dict[str, pa.Table], lsn: int
+    ) -> tuple[dict[str, pa.Table], dict[str, list[Any] | None]]:
+        rows: dict[str, pa.Table] = {}
+        progress, self.announce = self.announce, {}
+        if self.pending is not None:
+            job, chunk, retry = self.pending
+            changed = tables.get(job.table.qualified)
+            if changed is not None and changed.num_rows:
+                self.window.append(changed)
+            if lsn >= chunk.high:
+                self.pending = None
+                delivered = reconcile(chunk, job.keys, [*self.recent, *self.window])
+                self.recent, self.window = self.window, []
+                rows[job.table.qualified] = delivered
+                if delivered.num_rows < chunk.rows.num_rows:
+                    kept = set(_keys_of(delivered, job.keys))
+                    job.retry += [k for k in _keys_of(chunk.rows, job.keys) if k not in kept]
+                job.rows += delivered.num_rows
+                if not retry:
+                    job.chunks += 1
+                    job.after = chunk.last_key if chunk.last_key is not None else job.after
+                    job.read_all = chunk.last_key is None
+                if not job.retry:
+                    name = job.table.qualified
+                    if job.read_all:
+                        del self.jobs[name]
+                        progress[name] = None
+                        log.info("incremental snapshot of %s done: %d rows", name, job.rows)
+                    else:
+                        progress[name] = list(job.after or ())
+                        log.info(
+                            "incremental snapshot of %s: %d of about %d rows",
+                            name,
+                            job.rows,
+                            job.estimate,
+                        )
+        return rows, progress

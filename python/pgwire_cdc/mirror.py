@@ -109,6 +109,9 @@ class _State:
     lsn: int | None = None
     watermark: tuple[int, int] | None = None
     tables: dict[str, _TableState] = field(default_factory=dict)
+    #: Incremental snapshots (``Batch.snapshot_progress``): per table, the key up to
+    #: which its existing rows are held, or None once all are.
+    progress: dict[str, list[Any] | None] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -120,6 +123,7 @@ class _State:
                 name: {"version": t.version, "key": t.key, "rows": t.rows}
                 for name, t in self.tables.items()
             },
+            "progress": self.progress,
         }
 
     @classmethod
@@ -135,6 +139,7 @@ class _State:
                 name: _TableState(int(t["version"]), t.get("key"), int(t.get("rows", 0)))
                 for name, t in doc["tables"].items()
             },
+            progress=dict(doc.get("progress") or {}),
         )
 
 
@@ -216,7 +221,7 @@ class Mirror:
         file = self.path / STATE_FILE
         tmp = file.with_suffix(".tmp")
         with open(tmp, "w") as f:
-            json.dump(state.to_json(), f)
+            json.dump(state.to_json(), f, default=str)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, file)
@@ -280,10 +285,27 @@ class Mirror:
     def apply(self, batch: Batch) -> ApplyStats:
         """Applies one batch and commits it (atomically, with ``batch.lsn`` and the
         watermark). Ack the batch only after this returns."""
-        return self.apply_tables(batch.tables, batch.lsn, snapshot_start=batch.snapshot_start)
+        return self.apply_tables(
+            batch.tables,
+            batch.lsn,
+            snapshot_start=batch.snapshot_start,
+            progress=batch.snapshot_progress,
+        )
+
+    def held_tables(self) -> dict[str, list[Any] | None]:
+        """What the mirror holds, as ``stream(held_tables=...)`` takes it: every table it
+        has, None when complete, or the key its incremental snapshot reached."""
+        held: dict[str, list[Any] | None] = dict.fromkeys(self.state.tables)
+        held.update(self.state.progress)
+        return held
 
     def apply_tables(
-        self, tables: dict[str, pa.Table], lsn: int, *, snapshot_start: bool = False
+        self,
+        tables: dict[str, pa.Table],
+        lsn: int,
+        *,
+        snapshot_start: bool = False,
+        progress: dict[str, list[Any] | None] | None = None,
     ) -> ApplyStats:
         stats = ApplyStats(batches=1)
         state = _State(
@@ -291,12 +313,17 @@ class Mirror:
             lsn=self.state.lsn,
             watermark=self.state.watermark,
             tables=dict(self.state.tables),
+            progress=dict(self.state.progress),
         )
         if snapshot_start:
             # A new initial snapshot replaces whatever the mirror held.
             state.tables = {}
             state.watermark = None
+            state.progress = {}
             self._tables = {}
+        # Committed with the rows, so a restart resumes an incremental snapshot where the
+        # mirror's rows end.
+        state.progress.update(progress or {})
         prior = state.watermark
         touched: dict[str, pa.Table] = {}
         for key, changes in tables.items():
@@ -437,6 +464,7 @@ def run(
     _check_slot_matches(dsn, slot, mirror)
     total = ApplyStats()
     started = time.monotonic()
+    stream_options.setdefault("held_tables", mirror.held_tables())
     batches = stream(
         dsn,
         publication=publication,

@@ -36,18 +36,21 @@ point and ``_tx_ordinal`` numbering them 0, 1, … in delivery order.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pyarrow as pa
+from psycopg import sql
 
-from . import _native, admin, catalog, preflight, session
+from . import _native, admin, catalog, incremental, preflight, session
 from .errors import ConfigError, ConnectionError, SlotError
 from .lsn import int_to_lsn, lsn_to_int
 from .tables import merge_segments, table_of
@@ -73,6 +76,10 @@ RECONNECT_MAX_DELAY_S = 30.0
 #: A replication connection silent this long (no data, no keepalive, no answer to a
 #: request for one) counts as dead; at least the server's wal_sender_timeout (s).
 STALL_TIMEOUT_S = 60.0
+#: Seconds between looks for tables added to the publication while streaming.
+RECHECK_S = 5.0
+#: Rows per chunk of an incremental snapshot.
+DEFAULT_CHUNK_ROWS = 10_000
 
 #: What PostgreSQL accepts as a replication slot name.
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
@@ -89,6 +96,12 @@ class Batch:
     snapshot: bool = False
     #: The first batch of a new initial snapshot (the consumer's copy starts over).
     snapshot_start: bool = False
+    #: Incremental snapshots of tables added later (``pgwire_cdc.incremental``): per
+    #: table whose snapshot started or advanced in this batch, the key up to which its
+    #: existing rows have now been delivered (a list; empty: none yet), or None once all
+    #: of them have. A consumer keeps it with the batch and passes what it holds back as
+    #: ``held_tables`` when it starts again.
+    snapshot_progress: dict[str, list[Any] | None] = field(default_factory=dict)
     _ack: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
@@ -161,6 +174,10 @@ class _Stream:
         self.status_interval_ms = 10_000
         self.stall_timeout_ms = 0
         self.existing_slot: admin.SlotInfo | None = None
+        self.snapshots: incremental.Snapshots | None = None
+        #: The published tables whose rows the consumer holds or is being sent.
+        self.known: set[str] = set()
+        self.next_recheck = 0.0
 
     # -- setup ---------------------------------------------------------------------
 
@@ -260,6 +277,13 @@ class _Stream:
             self.prepare()
             assert self.conn is not None
             existing = self.existing_slot
+            self.snapshots = incremental.Snapshots(self.conn, self.o["chunk_rows"])
+            self.known = {t.qualified for t in self.table_infos}
+            if existing is not None:
+                self._plan_incremental(self.o["held_tables"])
+            self.conn.execute(
+                sql.SQL("LISTEN {}").format(sql.Identifier(resnapshot_channel(self.slot)))
+            )
             if existing is not None:
                 start = existing.confirmed_flush_lsn or 0
                 self.acked_lsn = start
@@ -331,8 +355,8 @@ class _Stream:
                 )
                 for c in t.columns
             ]
-            for sql in catalog.snapshot_queries(t, ranges, blocks):
-                tasks.append((t.oid, t.schema, t.name, t.replica_identity, columns, sql))
+            for query in catalog.snapshot_queries(t, ranges, blocks):
+                tasks.append((t.oid, t.schema, t.name, t.replica_identity, columns, query))
         log.info(
             "initial snapshot of %d table(s) at %s on %d connection(s)",
             len(self.table_infos),
@@ -395,32 +419,148 @@ class _Stream:
     def _changes(self) -> Iterator[Batch]:
         until = _parse_lsn(self.o["until_lsn"])
         idle = self.o["idle_timeout"]
-        assert self.live is not None
+        assert self.live is not None and self.snapshots is not None
         last_lsn = self.live.delivered_lsn
         while True:
             assert self.live is not None
+            # An incremental snapshot in progress keeps a run going that would end by
+            # itself: its chunks need the stream to pass their high watermarks.
+            busy = self.snapshots.active
+            # A chunk waits for the stream to pass its high watermark.
+            waiting = self.snapshots.waiting_for
             try:
                 segments, lsn, stop = self.live.poll(
                     max_rows=self.o["max_batch_rows"],
                     max_bytes=self.o["max_batch_bytes"],
                     max_ms=self.o["max_batch_ms"],
-                    until_lsn=until,
-                    idle_timeout_ms=None if idle is None else int(idle * 1000),
+                    until_lsn=waiting if busy else until,
+                    idle_timeout_ms=None if idle is None or busy else int(idle * 1000),
                 )
             except ConnectionError as e:
                 self._reconnect(e)
                 continue
-            if segments or (stop != "pending" and lsn > last_lsn):
+            tables = merge_segments((name, table_of(s)) for name, s in segments)
+            self._on_setup_connection(partial(self._watch_publications, tables))
+            # "until_lsn": every transaction committed before the watermark is in.
+            passed = lsn if waiting is None or stop != "until_lsn" else max(lsn, waiting)
+            rows, progress = self.snapshots.step(tables, passed)
+            for name, table in rows.items():
+                tables[name] = _in_commit_order(tables.get(name), table)
+            if tables or progress or (stop != "pending" and lsn > last_lsn):
                 # A batch without rows still moves the LSN (the end of a transaction whose
                 # rows went out earlier): the consumer acks it like any other.
                 seq = self._next_seq()
-                tables = merge_segments((name, table_of(s)) for name, s in segments)
-                yield Batch(tables=tables, lsn=lsn, _ack=self._acker(seq, lsn, False))
+                yield Batch(
+                    tables=tables,
+                    lsn=lsn,
+                    snapshot_progress=progress,
+                    _ack=self._acker(seq, lsn, False),
+                )
                 last_lsn = max(last_lsn, lsn)
-            if stop in ("until_lsn", "idle"):
-                return
+            if self.snapshots.wants_chunk:
+                self._on_setup_connection(partial(self.snapshots.read_next, tables, bool(rows)))
+            if not self.snapshots.active:
+                if stop in ("until_lsn", "idle"):
+                    return
+                if busy and until is not None and lsn >= until:
+                    return
             if self.switch_pending:
                 self._switch_to_permanent_slot()
+
+    # -- tables added later ----------------------------------------------------------
+
+    def _plan_incremental(self, held: Any) -> None:
+        """Snapshots the published tables the consumer does not hold (``held_tables``)."""
+        assert self.snapshots is not None
+        if held is None:
+            return
+        holding: dict[str, Any] = dict(held) if isinstance(held, Mapping) else dict.fromkeys(held)
+        for t in self.table_infos:
+            if t.qualified not in holding:
+                self.snapshots.add(t)
+            elif holding[t.qualified] is not None:
+                after = list(holding[t.qualified])
+                self.snapshots.add(t, after or None)
+
+    def _on_setup_connection(self, work: Callable[[], None]) -> None:
+        """Runs ``work`` (publication look-ups, chunk reads) on the setup connection while
+        streaming, opening it again when it was lost. A failure is logged and the work is
+        tried again at the next batch: the replication connection has its own reconnects,
+        and its failures end the stream if they last."""
+        assert self.snapshots is not None
+        try:
+            if self.conn is None or self.conn.closed or self.conn.broken:
+                self._close_setup_connection()
+                conn = _connect(self.dsn)
+                session.apply(conn)
+                conn.execute(
+                    sql.SQL("LISTEN {}").format(sql.Identifier(resnapshot_channel(self.slot)))
+                )
+                self.conn = self.snapshots.conn = conn
+            work()
+        except (psycopg.OperationalError, ConnectionError) as e:
+            log.warning("setup connection lost (%s); trying again at the next batch", e)
+
+    def _close_setup_connection(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except psycopg.Error as e:
+                log.debug("closing the lost setup connection failed: %s", e)
+            self.conn = None
+
+    def _watch_publications(self, tables: dict[str, pa.Table]) -> None:
+        """Tables added to the publication while streaming (a batch names a table not
+        seen before, or every RECHECK_S), and resnapshot() requests."""
+        assert self.conn is not None and self.snapshots is not None
+        # Taken first: the connection is busy while notifies() runs.
+        for payload in [note.payload for note in self.conn.notifies(timeout=0)]:
+            self._resnapshot_request(payload)
+        now = time.monotonic()
+        if not (set(tables) - self.known) and now < self.next_recheck:
+            return
+        self.next_recheck = now + RECHECK_S
+        for t in catalog.tables_of_publications(self.conn, self.publications):
+            if t.qualified in self.known:
+                continue
+            # Known once handled: a lost connection on the way means another look later.
+            if not self._listed(t):
+                # Published through FOR ALL TABLES or a schema, and new here: created while
+                # the stream ran, so all its rows come through the stream.
+                log.info("%s was created under the publication: streamed", t.qualified)
+            else:
+                try:
+                    self.snapshots.add(t)
+                    log.info("%s was added to the publication: its rows follow", t.qualified)
+                except ConfigError as e:
+                    # A keyless table: streamed, not copied.
+                    log.warning("%s; its changes are streamed, earlier rows are not", e)
+            self.known.add(t.qualified)
+
+    def _listed(self, table: catalog.TableInfo) -> bool:
+        """Whether one of the publications lists ``table`` (or a partitioned ancestor of
+        it) by name: added by ALTER PUBLICATION ... ADD TABLE, rows from before included."""
+        assert self.conn is not None
+        row = self.conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_publication_rel pr"
+            " JOIN pg_publication p ON p.oid = pr.prpubid WHERE p.pubname = ANY(%(pubs)s)"
+            " AND pr.prrelid IN (SELECT %(rel)s::oid"
+            "   UNION SELECT relid FROM pg_partition_ancestors(%(rel)s)))",
+            {"pubs": self.publications, "rel": table.oid},
+        ).fetchone()
+        return bool(row and row[0])
+
+    def _resnapshot_request(self, payload: str) -> None:
+        assert self.conn is not None and self.snapshots is not None
+        try:
+            wanted = set(json.loads(payload)["tables"])
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignored a malformed resnapshot request")
+            return
+        for t in catalog.tables_of_publications(self.conn, self.publications):
+            if t.qualified in wanted:
+                self.known.add(t.qualified)
+                self.snapshots.add(t)
 
     def _reconnect(self, error: ConnectionError) -> None:
         """Re-establishes a lost replication connection: up to ``reconnect_attempts``
@@ -520,6 +660,48 @@ class _Stream:
             self.conn = None
 
 
+def _in_commit_order(changes: pa.Table | None, rows: pa.Table) -> pa.Table:
+    """A batch's change table with snapshot-chunk rows placed by (_commit_lsn, _tx_ordinal)."""
+    if changes is None or changes.num_rows == 0:
+        return rows
+    joined = pa.concat_tables([changes, rows], promote_options="permissive")
+    return joined.sort_by([("_commit_lsn", "ascending"), ("_tx_ordinal", "ascending")])
+
+
+def resnapshot_channel(slot: str) -> str:
+    """The NOTIFY channel on which the stream of ``slot`` takes resnapshot requests."""
+    return f"pgwire_cdc_resnapshot_{slot}"
+
+
+def resnapshot(dsn: str, slot: str, tables: Sequence[admin.TableSpec]) -> list[str]:
+    """Asks the ``stream()`` running on ``slot`` to read ``tables`` again, in chunks while
+    it streams on (:mod:`pgwire_cdc.incremental`): for a table a user suspects or has
+    repaired. The rows come as ``read`` rows, to be upserted; a row the consumer holds but
+    the source no longer has is not removed by it. Returns the tables asked for.
+
+    :class:`SlotError` when no stream is running on the slot: the request is a
+    notification to that stream (``NOTIFY``), which a stopped one would miss; start it
+    with ``held_tables`` leaving those tables out instead.
+    """
+    conn = _connect(dsn)
+    try:
+        names = [r.qualified for r in admin.resolve_tables(conn, tables)]
+        info = admin.get_slot(conn, slot)
+        if info is None or not info.active:
+            state = "does not exist" if info is None else "has no stream running on it"
+            raise SlotError(
+                f"replication slot {slot!r} {state}: resnapshot() asks a running stream; start"
+                " the stream with held_tables leaving these tables out to read them instead"
+            )
+        conn.execute(
+            "SELECT pg_notify(%s, %s)", (resnapshot_channel(slot), json.dumps({"tables": names}))
+        )
+        log.info("asked the stream of slot %s to read %s again", slot, ", ".join(names))
+        return names
+    finally:
+        conn.close()
+
+
 def _literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
@@ -602,6 +784,8 @@ def stream(
     streaming: bool = True,
     spill_threshold: int = DEFAULT_SPILL_THRESHOLD,
     spill_dir: str | os.PathLike[str] | None = None,
+    held_tables: Collection[str] | Mapping[str, Sequence[Any] | None] | None = None,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
 ) -> Iterator[Batch]:
     """Streams a publication's changes (after an initial snapshot for a new slot) as
     :class:`Batch` objects; see the module documentation and CONTRACT section 2.
@@ -639,6 +823,21 @@ def stream(
     Without ``streaming`` the server holds the transaction itself until it commits (in
     ``pg_replslot``, decoded once more after every reconnect). A consumer that is slow to
     take batches makes the server wait: nothing is read ahead of it.
+
+    Tables added later. A published table whose existing rows the consumer does not hold
+    is snapshotted while streaming goes on, in chunks of ``chunk_rows`` rows
+    (:mod:`pgwire_cdc.incremental`): its ``read`` rows arrive in ordinary batches, placed
+    among the changes by ``(_commit_lsn, _tx_ordinal)``, and ``Batch.snapshot_progress``
+    says how far it got. Such tables are: those added to a publication while the stream
+    runs; for an existing slot, the published tables not in ``held_tables`` (the tables the
+    consumer holds: names, or a mapping of name to None when complete or to the
+    ``snapshot_progress`` key it last kept, to resume there); and those a
+    :func:`pgwire_cdc.resnapshot` call names. Until a table's snapshot completes its
+    changes arrive as usual, for rows the consumer may not hold yet (apply an update of a
+    missing row as an insert). ``until_lsn`` and ``idle_timeout`` wait for snapshots in
+    progress to finish. Tables without a replica-identity key cannot be read in chunks:
+    ``ConfigError`` for one not held at start; one that joins while streaming is only
+    streamed (a warning says so).
     """
     if max_batch_rows < 1 or max_batch_bytes < 1 or max_batch_ms < 0:
         raise ConfigError("max_batch_rows and max_batch_bytes must be positive")
@@ -659,6 +858,10 @@ def stream(
                 f"spill_dir {spill_dir!r} is not a writable directory: give a directory this"
                 " process can create files in, with room for the largest transaction"
             )
+    if chunk_rows < 1:
+        raise ConfigError("chunk_rows must be positive")
+    if held_tables is not None and isinstance(held_tables, str):
+        raise ConfigError("held_tables is a list of table names (or a mapping), not one name")
     if proto_version is not None and proto_version not in preflight.PROTO_MIN_SERVER:
         raise ConfigError(
             f"proto_version must be 1, 2, 3 or 4, not {proto_version!r} (or None: the highest"
@@ -699,5 +902,7 @@ def stream(
         streaming=streaming,
         spill_threshold=spill_threshold,
         spill_dir=spill_dir,
+        held_tables=held_tables,
+        chunk_rows=chunk_rows,
     )
     return state.run()

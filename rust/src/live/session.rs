@@ -608,14 +608,16 @@ impl LiveSession {
                 } => {
                     self.last_message = Instant::now();
                     self.received = self.received.max(wal_start);
-                    // A transaction that commits after `until` is not wanted.
-                    if let (Some(until), Some(b'B')) = (limits.until_lsn, data.first()) {
-                        if !self.decoder.in_transaction()
-                            && be_u64(data, 1).is_some_and(|final_lsn| final_lsn > until)
-                        {
-                            return self.cut(Stop::UntilLsn);
+                    // A transaction that commits after `until` is not wanted: the batch is
+                    // cut after its Begin (no row of it is out), so a poll with a later
+                    // `until` goes on with it.
+                    let past_until = match (limits.until_lsn, data.first()) {
+                        (Some(until), Some(b'B')) => {
+                            !self.decoder.in_transaction()
+                                && be_u64(data, 1).is_some_and(|final_lsn| final_lsn > until)
                         }
-                    }
+                        _ => false,
+                    };
                     if self.batch_started.is_none() {
                         self.batch_started = Some(self.last_message);
                     }
@@ -630,8 +632,15 @@ impl LiveSession {
                         .feed_bounded(data, wal_start, &mut tracker)
                         .map_err(LiveError::Decode)?;
                     let finished = tracker.finished;
-                    if self.transaction_finished(finished, limits) {
+                    let message = data.first() == Some(&b'M');
+                    if past_until || self.transaction_finished(finished, limits) {
                         return self.cut(Stop::UntilLsn);
+                    }
+                    if limits.until_lsn.is_some() && message && !self.decoder.in_transaction() {
+                        // A message outside a transaction (a snapshot chunk's watermark,
+                        // `pgwire_cdc.incremental`) is often what `until` waits for: ask for
+                        // the server's position now rather than after a quiet half second.
+                        self.send_status(true)?;
                     }
                 }
             }
