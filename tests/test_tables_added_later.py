@@ -86,6 +86,8 @@ def test_a_table_added_by_a_later_run(db: Database, tmp_path: Path) -> None:
     mirror_mod.run(db.dsn, path, tables=["public.lp_a"], **common)
     workload = Workload(db.dsn, ["lp_a", "lp_b"], db.cluster.version % 97)
     workload.start()
+    # The run ends once idle: the workload stops after a while.
+    threading.Timer(4.0, workload.stop.set).start()
     try:
         stats = mirror_mod.run(
             db.dsn, path, tables=["public.lp_a", "public.lp_b"], chunk_rows=150, **common
@@ -270,3 +272,19 @@ def test_a_table_created_under_for_all_tables_is_streamed_only(db: Database) -> 
         batch.ack()
     creator.join()
     assert kinds.count("insert") == 51 and "read" not in kinds
+
+
+def test_an_empty_table_of_the_initial_snapshot_is_held(db: Database, tmp_path: Path) -> None:
+    """A table the initial snapshot found empty (here keyless, so it could not be copied
+    later) counts as held: a second run does not try to copy it."""
+    db.conn.execute(
+        "CREATE TABLE k (id int PRIMARY KEY); CREATE TABLE bag (v text);"
+        " ALTER TABLE bag REPLICA IDENTITY FULL; INSERT INTO k VALUES (1)"
+    )
+    path = tmp_path / "m"
+    common: dict[str, Any] = {"publication": "p", "slot": "s", "idle_timeout": 0.5}
+    mirror_mod.run(db.dsn, path, tables=["public.k", "public.bag"], **common)
+    assert mirror_mod.Mirror(path).held_tables() == {"public.k": None, "public.bag": None}
+    db.conn.execute("INSERT INTO bag VALUES ('x')")
+    mirror_mod.run(db.dsn, path, **common)
+    assert mirror_mod.Mirror(path).table("public.bag")["v"].to_pylist() == ["x"]

@@ -379,6 +379,8 @@ class _Stream:
                 lsn=cp,
                 snapshot=True,
                 snapshot_start=first,
+                # The last one: every table of the snapshot is complete, empty ones too.
+                snapshot_progress=self._snapshotted() if following is None else {},
                 _ack=self._acker(seq, cp, snapshot_batch=True),
             )
             first = False
@@ -393,9 +395,14 @@ class _Stream:
                 lsn=cp,
                 snapshot=True,
                 snapshot_start=True,
+                snapshot_progress=self._snapshotted(),
                 _ack=self._acker(seq, cp, snapshot_batch=True),
             )
         self.reader = None
+
+    def _snapshotted(self) -> dict[str, list[Any] | None]:
+        """``Batch.snapshot_progress`` of a complete initial snapshot."""
+        return dict.fromkeys((t.qualified for t in self.table_infos), None)
 
     def _next_snapshot_segment(self) -> tuple[str, pa.Table] | None:
         assert self.reader is not None
@@ -460,7 +467,8 @@ class _Stream:
             if self.snapshots.wants_chunk:
                 self._on_setup_connection(partial(self.snapshots.read_next, tables, bool(rows)))
             if not self.snapshots.active:
-                if stop in ("until_lsn", "idle"):
+                # While a chunk waited, "until_lsn" was its watermark, not the caller's.
+                if not busy and stop in ("until_lsn", "idle"):
                     return
                 if busy and until is not None and lsn >= until:
                     return
