@@ -29,7 +29,7 @@ import psycopg  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 from bench_common import check_release_build  # noqa: E402
-from live import SETTINGS, fill  # noqa: E402
+from live import BENCH_TABLE, SETTINGS, fill  # noqa: E402
 from pgwire_cdc.server import PgCluster  # noqa: E402
 
 
@@ -78,10 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         conn = cluster.connect("postgres")
         conn.execute("CREATE TABLE other (id int PRIMARY KEY, v bigint)")
         conn.execute("INSERT INTO other SELECT g, 0 FROM generate_series(1, 10000) g")
-        conn.execute(
-            "create table bench (id bigint primary key, name text, amount numeric(12,2), "
-            "ts timestamptz, flag bool, score float8, doc jsonb, uid uuid)"
-        )
+        conn.execute(BENCH_TABLE)
         fill(conn, args.rows)
         conn.execute("VACUUM ANALYZE bench")
         for batch in pgwire_cdc.stream(

@@ -42,6 +42,12 @@ import pgwire_cdc  # noqa: E402
 from bench_common import check_release_build, write_ratios  # noqa: E402
 from pgwire_cdc.server import PgCluster  # noqa: E402
 
+#: The bench table of the live benchmarks (the shape of the capture and synthetic streams).
+BENCH_TABLE = (
+    "create table bench (id bigint primary key, name text, amount numeric(12,2), "
+    "ts timestamptz, flag bool, score float8, doc jsonb, uid uuid)"
+)
+
 SETTINGS = {"max_wal_size": "8GB", "shared_buffers": "512MB", "wal_sender_timeout": "600s"}
 
 
@@ -191,10 +197,7 @@ def main() -> None:
         name = cluster.create_database("bench")
         dsn = cluster.dsn_for(name)
         conn = cluster.connect(name)
-        conn.execute(
-            "create table bench (id bigint primary key, name text, amount numeric(12,2), "
-            "ts timestamptz, flag bool, score float8, doc jsonb, uid uuid)"
-        )
+        conn.execute(BENCH_TABLE)
         conn.execute("create publication benchpub for table bench")
         conn.execute("select pg_create_logical_replication_slot('base', 'pgoutput')")
         print(f"workload: {args.rows:,} inserts + {args.rows:,} updates", flush=True)

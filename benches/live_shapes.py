@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 import capture_stream  # noqa: E402
 import pgwire_cdc  # noqa: E402
 from bench_common import check_release_build  # noqa: E402
-from live import SETTINGS, lsn_now, run_stream  # noqa: E402
+from live import BENCH_TABLE, SETTINGS, lsn_now, run_stream  # noqa: E402
 from pgwire_cdc.server import PgCluster  # noqa: E402
 
 
@@ -56,10 +56,7 @@ def shape(cluster: PgCluster, rows: int, small: bool, repeat: int) -> list[str]:
     name = cluster.create_database("small" if small else "large")
     dsn = cluster.dsn_for(name)
     conn = cluster.connect(name)
-    conn.execute(
-        "create table bench (id bigint primary key, name text, amount numeric(12,2), "
-        "ts timestamptz, flag bool, score float8, doc jsonb, uid uuid)"
-    )
+    conn.execute(BENCH_TABLE)
     conn.execute("create publication benchpub for table bench")
     prefix = "small" if small else "large"  # slot names are the cluster's
     conn.execute("select pg_create_logical_replication_slot(%s, 'pgoutput')", (f"{prefix}_base",))
