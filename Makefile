@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.deps-stamp
 
-.PHONY: help venv build wheel test lint rust-test pytest demo bench bench-capture bench-rust bench-py bench-live bench-spark fuzz captures clean
+.PHONY: help venv jars build wheel test lint rust-test pytest demo bench bench-capture bench-rust bench-py bench-live bench-spark fuzz captures clean
 
 help:
 	@echo "make demo      mirror a live workload from a throwaway PostgreSQL into a local Spark warehouse"
@@ -25,6 +25,19 @@ $(STAMP): requirements-dev.txt
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# The Delta Lake jars local Spark loads (deps/pom.xml: delta-spark and its dependencies,
+# from Maven Central), for pgwire_cdc.spark.session(delta=True) via $PGWIRE_CDC_DELTA_JARS.
+JARS       := .cache/jars/delta
+JARS_STAMP := $(JARS)/.stamp
+export PGWIRE_CDC_DELTA_JARS := $(CURDIR)/$(JARS)
+
+$(JARS_STAMP): deps/pom.xml
+	rm -rf $(JARS)
+	cd deps && mvn -q -B dependency:copy-dependencies -DoutputDirectory=../$(JARS) -DincludeScope=runtime
+	touch $(JARS_STAMP)
+
+jars: $(JARS_STAMP)
 
 # Release build: tests, the demo and the benches all run the optimised extension.
 build: venv
@@ -45,12 +58,12 @@ lint: venv
 rust-test:
 	cargo test --all-targets
 
-pytest: build wheel
+pytest: build wheel jars
 	$(VENV)/bin/pytest -q
 
 test: lint rust-test pytest
 
-demo: build
+demo: build jars
 	$(VENV)/bin/pgwire-cdc demo
 
 captures: build
@@ -86,7 +99,7 @@ bench-live: build
 	$(PY) benches/incremental.py
 
 # Spark: the Arrow hand-off vs the pandas path, mirror apply, commit-to-mirror lag.
-bench-spark: build bench-capture
+bench-spark: build jars bench-capture
 	$(PIP) install -q -r benches/requirements.txt
 	$(PY) benches/spark.py
 

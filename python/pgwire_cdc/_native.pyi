@@ -176,8 +176,14 @@ def mark_unchanged(table: object, names: list[str]) -> ArrowStream: ...
 def apply_changes(
     base: object, changes: object, key_columns: list[str] | None
 ) -> tuple[ArrowStream, dict[str, int]]:
-    """The mirror table ``base`` after the change table ``changes`` (both Arrow streams):
-    rows matched on ``key_columns``, or as a multiset of whole rows when ``None``."""
+    """The table ``base`` after the change table ``changes`` (both Arrow streams): rows
+    matched on ``key_columns``, or as a multiset of whole rows when ``None``."""
+
+def reduce_changes(
+    changes: object, columns: list[str], key_columns: list[str]
+) -> tuple[ArrowStream, dict[str, int]]:
+    """The MERGE source of the change table ``changes``: its ``columns``, then ``_delete``,
+    ``_unchanged`` and ``_from``, one row per value of ``key_columns``."""
 
 _ColumnSpec = tuple[str, int, int, int, int, bool]
 _TaskSpec = tuple[int, str, str, str, list[_ColumnSpec], str]

@@ -91,9 +91,10 @@ class ConnectionError(Error, builtins.ConnectionError):
     """The connection to PostgreSQL failed or was lost."""
 
 
-class MirrorError(Error):
-    """A mirror cannot apply a change table (its columns do not fit the mirror's table, or
-    its stored state is damaged). The message says which table and what to do."""
+class DeltaError(Error):
+    """A Delta Lake table cannot take a batch of changes (its columns do not fit, it was
+    written from another stream, or the writer is not set up). The message says which
+    table and what to do."""
 
 
 class SpillError(Error):

@@ -13,7 +13,8 @@
 //! * [`pg`]: a synchronous PostgreSQL client (TLS, SCRAM, replication protocol, COPY);
 //! * [`snapshot`]: `COPY … (FORMAT BINARY)` rows into change tables;
 //! * [`live`]: the streaming session and the parallel initial snapshot of `stream()`;
-//! * [`mirror`]: applying change tables to a copy of the source table (the Spark mirror);
+//! * [`merge`]: change tables reduced to one final change per key (the source of a Delta
+//!   Lake MERGE), and applied whole to a keyless table;
 //! * `python` (feature `python`): the PyO3 binding, `pgwire_cdc._native`.
 
 pub mod arrow;
@@ -24,7 +25,7 @@ pub mod event_log;
 pub mod held;
 pub mod live;
 pub mod lsn;
-pub mod mirror;
+pub mod merge;
 pub mod pg;
 pub mod protocol;
 pub mod relation;

@@ -7,7 +7,7 @@ mod errors;
 mod event;
 mod live;
 mod message_log;
-mod mirror;
+mod merge;
 mod pg;
 mod snapshot;
 mod typed;
@@ -32,7 +32,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<live::PySnapshotReader>()?;
     m.add_class::<live::PyLiveStream>()?;
     m.add_function(wrap_pyfunction!(binary_decodable, m)?)?;
-    m.add_function(wrap_pyfunction!(mirror::apply_changes, m)?)?;
+    m.add_function(wrap_pyfunction!(merge::apply_changes, m)?)?;
+    m.add_function(wrap_pyfunction!(merge::reduce_changes, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::mark_unchanged, m)?)?;
     m.add_class::<pg::PyPgConnection>()?;
     m.add_class::<pg::PyPgReplicationStream>()?;

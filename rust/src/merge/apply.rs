@@ -1,4 +1,4 @@
-//! `apply_changes`: the mirror's rows after one change table (see the module documentation).
+//! `apply_changes`: a table's rows after one change table (see the module documentation).
 
 use std::collections::HashMap;
 
@@ -44,17 +44,17 @@ pub enum ApplyError {
 
 /// Where one value of the new table comes from: (source array, row). Source arrays are the
 /// base batches, then the change batches, then a one-row null array.
-type Src = (u32, u32);
+pub(super) type Src = (u32, u32);
 
 /// One row of the new table: every column from `src`, except the patched ones.
 #[derive(Debug, Clone)]
-struct RowVersion {
-    src: Src,
-    patches: Option<Box<[(usize, Src)]>>,
+pub(super) struct RowVersion {
+    pub(super) src: Src,
+    pub(super) patches: Option<Box<[(usize, Src)]>>,
 }
 
 impl RowVersion {
-    fn source_of(&self, column: usize) -> Src {
+    pub(super) fn source_of(&self, column: usize) -> Src {
         self.patches
             .as_deref()
             .and_then(|p| p.iter().find(|(c, _)| *c == column))
@@ -63,7 +63,7 @@ impl RowVersion {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Upsert,
     Update,
     Delete,
@@ -71,11 +71,11 @@ enum Kind {
 }
 
 /// The columns of one change batch the apply reads.
-struct ChangeColumns<'a> {
-    data: Vec<ArrayRef>,
-    kinds: Vec<Kind>,
-    before: Option<&'a StructArray>,
-    unchanged: Option<&'a arrow_array::ListArray>,
+pub(super) struct ChangeColumns<'a> {
+    pub(super) data: Vec<ArrayRef>,
+    pub(super) kinds: Vec<Kind>,
+    pub(super) before: Option<&'a StructArray>,
+    pub(super) unchanged: Option<&'a arrow_array::ListArray>,
 }
 
 /// The mirror's rows after applying `changes` (in order) to `base`. `schema` is the
@@ -296,12 +296,12 @@ fn take_one<'k>(
     rows.get_mut(at as usize).and_then(Option::take)
 }
 
-fn to_u32(n: usize) -> Result<u32, ApplyError> {
+pub(super) fn to_u32(n: usize) -> Result<u32, ApplyError> {
     u32::try_from(n).map_err(|_| ApplyError::Schema("more than 2^32 rows in one apply".into()))
 }
 
 /// The mirror's columns of one change batch, and its metadata columns, checked.
-fn change_columns<'a>(
+pub(super) fn change_columns<'a>(
     schema: &SchemaRef,
     batch: &'a RecordBatch,
 ) -> Result<ChangeColumns<'a>, ApplyError> {
@@ -389,7 +389,7 @@ fn change_kinds(array: &dyn Array) -> Result<Vec<Kind>, ApplyError> {
 }
 
 /// The mirror columns named in `_unchanged` of row `i`.
-fn unchanged_columns(
+pub(super) fn unchanged_columns(
     schema: &SchemaRef,
     unchanged: Option<&arrow_array::ListArray>,
     i: usize,

@@ -1,4 +1,4 @@
-//! `_native.apply_changes`: the mirror's apply step (see `crate::mirror`) for Python.
+//! `_native.reduce_changes` and `_native.apply_changes` (see `crate::merge`) for Python.
 //!
 //! Arrow comes in through the Arrow PyCapsule interface (`__arrow_c_stream__`, which
 //! `pyarrow.Table` implements), so no value is copied on the way in, and goes out the same
@@ -13,7 +13,7 @@ use pyo3::types::PyDict;
 
 use super::arrow::{import_batches, PyArrowStream};
 use super::errors::pgwire_error;
-use crate::mirror::{apply_changes as apply, ApplyError, KeyMode};
+use crate::merge::{apply_changes as apply, reduce_changes as reduce, ApplyError, KeyMode};
 
 /// `apply_changes(base, changes, key_columns) -> (ArrowStream, stats)`: the mirror table
 /// `base` after applying the change table `changes`. `key_columns` names the columns rows
@@ -45,7 +45,7 @@ pub fn apply_changes<'py>(
     };
     let (batch, stats) = py
         .detach(|| apply(&schema, &base_batches, &change_batches, &key))
-        .map_err(|e: ApplyError| pgwire_error(py, "MirrorError", &e.to_string()))?;
+        .map_err(|e: ApplyError| pgwire_error(py, "DeltaError", &e.to_string()))?;
     let out = PyDict::new(py);
     out.set_item("inserted", stats.inserted)?;
     out.set_item("updated", stats.updated)?;
@@ -54,4 +54,47 @@ pub fn apply_changes<'py>(
     out.set_item("missing_rows", stats.missing_rows)?;
     out.set_item("unknown_values", stats.unknown_values)?;
     Ok((PyArrowStream::new(schema, vec![batch]), out))
+}
+
+/// `reduce_changes(changes, columns, key_columns) -> (ArrowStream, stats)`: the MERGE
+/// source of the change table `changes` (see `crate::merge::reduce_changes`): its columns
+/// named in `columns`, then `_delete`, `_unchanged` and `_from`, one row per key of
+/// `key_columns`. `stats["truncated"]` counts the truncates among the changes.
+#[pyfunction]
+#[pyo3(signature = (changes, columns, key_columns))]
+pub fn reduce_changes<'py>(
+    py: Python<'py>,
+    changes: &Bound<'py, PyAny>,
+    columns: Vec<String>,
+    key_columns: Vec<String>,
+) -> PyResult<(PyArrowStream, Bound<'py, PyDict>)> {
+    let (schema, change_batches) = import_batches(changes)?;
+    let fields = columns
+        .iter()
+        .map(|n| {
+            schema
+                .field_with_name(n)
+                .map(|f| f.clone().with_metadata(Default::default()))
+                .map_err(|_| PyValueError::new_err(format!("column {n:?} is not in the table")))
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let data: SchemaRef = Arc::new(Schema::new(fields));
+    let keys = key_columns
+        .iter()
+        .map(|n| {
+            data.index_of(n)
+                .map_err(|_| PyValueError::new_err(format!("key column {n:?} is not in the table")))
+        })
+        .collect::<PyResult<Vec<usize>>>()?;
+    let reduced = py
+        .detach(|| reduce(&data, &change_batches, &keys))
+        .map_err(|e: ApplyError| pgwire_error(py, "DeltaError", &e.to_string()))?;
+    let out = PyDict::new(py);
+    out.set_item("inserted", reduced.stats.inserted)?;
+    out.set_item("updated", reduced.stats.updated)?;
+    out.set_item("deleted", reduced.stats.deleted)?;
+    out.set_item("truncated", reduced.stats.truncated)?;
+    out.set_item("missing_rows", reduced.stats.missing_rows)?;
+    let schema = reduced.batch.schema();
+    Ok((PyArrowStream::new(schema, vec![reduced.batch]), out))
 }

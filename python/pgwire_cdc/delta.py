@@ -1,0 +1,911 @@
+"""Delta Lake tables kept equal to the source tables by MERGE, exactly once.
+
+One Delta table per published table, at :func:`table_path`, holding the source's published
+columns under their own names, typed as :func:`pgwire_cdc.spark.spark_type` types them
+(``time`` as a ``HH:MM:SS.ffffff`` string: Delta has no time type). The sink adds no
+column of its own.
+
+Two writers, one semantics:
+
+* ``"delta-rs"`` (default): the ``deltalake`` package, no JVM. Its MERGE rewrites every
+  data file holding a changed row (copy-on-write).
+* ``"spark"``: ``MERGE INTO`` run by Spark with Delta Lake's own jars
+  (:func:`pgwire_cdc.spark.session` with ``delta=True``). Tables it creates have deletion
+  vectors on, so a MERGE marks changed rows instead of rewriting their files.
+
+Applying one batch, per table
+-----------------------------
+The change table is cut where the table's Delta commits go (see *Exactly once*), and each
+part is reduced in Rust (``_native.reduce_changes``) to **one final change per key**: a
+key's changes fold in commit order, a key change is a delete of the old key plus an
+upsert of the new one, and an unchanged-TOAST column (``_unchanged``) takes the value an
+earlier change of the batch gave it, else stays marked for the MERGE to keep the table's
+value (when the row moved to a new key, that value is read from the table row under the
+old key first). Then one MERGE per part::
+
+    MERGE INTO t USING s ON <key columns equal>
+      WHEN MATCHED AND s._delete THEN DELETE
+      WHEN MATCHED THEN UPDATE SET c = CASE WHEN array_contains(s._unchanged, 'c')
+                                            THEN t.c ELSE s.c END, ...
+      WHEN NOT MATCHED AND NOT s._delete THEN INSERT ...
+      [WHEN NOT MATCHED BY SOURCE THEN DELETE]      -- when a truncate came
+
+A truncate empties the table at its point in the batch: the changes after it are the
+whole table. A table without a replica-identity key (REPLICA IDENTITY FULL) is a
+*multiset* of whole rows, where an update or a delete removes one equal row; no MERGE can
+do that, so such a table is read, changed (``_native.apply_changes``) and overwritten in
+one commit: its cost grows with the table. The initial snapshot (``read`` rows) replaces
+each table: its first part overwrites the table, later parts append.
+
+Schema changes: a column the changes carry that the table lacks (ADD COLUMN) is added to
+the table, null in the rows it holds (PostgreSQL may have filled them with a default: the
+sink cannot know). A column the table has that the changes do not carry (DROP COLUMN, or
+a publication column list that no longer names it) stays: the rows those changes update
+keep their value, rows they insert have it null. A column whose type changed is cast in a
+rewrite of the table when Arrow can cast every value; otherwise :class:`DeltaError` says
+to re-snapshot the table.
+
+Exactly once
+------------
+Every commit records where the stream stands in the table's own log, in the same commit,
+as Delta transaction identifiers (``txn`` actions, which Spark's MERGE checks itself):
+
+* ``pgwire_cdc`` → the commit LSN of the last transaction applied in full;
+* ``pgwire_cdc@<commit LSN>`` → the last ``_tx_ordinal`` applied of a transaction that a
+  batch cut in two (a batch ends inside a transaction when it holds more rows than
+  ``max_batch_rows``): its rows are committed in a commit of their own.
+
+A batch delivered again after a crash (the slot is acked only after every table's commits)
+is filtered against these: rows at or below the table's position are skipped, so nothing
+is applied twice, whichever table's commit the crash came between. Incremental-snapshot
+progress (``Batch.snapshot_progress``) travels in the same commit, in the commit's
+``userMetadata``, so a restart resumes a table's copy where its rows end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import _native
+from .errors import ConfigError, DeltaError
+from .spark import for_spark, spark_schema
+from .tables import METADATA_COLUMNS, mark_unchanged, table_of
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from .streaming import Batch
+
+log = logging.getLogger("pgwire_cdc")
+
+#: The transaction identifier (``txn`` appId) holding a table's position in the stream.
+APP_ID = "pgwire_cdc"
+WRITERS = ("delta-rs", "spark")
+_NO_PROGRESS = object()
+
+
+@dataclass
+class ApplyStats:
+    """What applying batches did, summed over tables."""
+
+    batches: int = 0
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    truncated: int = 0
+    #: Rows at or below a table's position, delivered again after a restart and skipped.
+    skipped: int = 0
+    #: Delta commits written.
+    commits: int = 0
+
+    def add(self, other: dict[str, int] | ApplyStats) -> None:
+        items = other.items() if isinstance(other, dict) else vars(other).items()
+        for name, value in items:
+            if name in vars(self):
+                setattr(self, name, getattr(self, name) + int(value))
+
+    @property
+    def changes(self) -> int:
+        return self.inserted + self.updated + self.deleted + self.truncated
+
+
+def table_path(path: str | os.PathLike[str], name: str) -> str:
+    """The Delta table of the source table ``name`` ("schema.table") under ``path`` (a
+    directory or an object-store URI)."""
+    return f"{os.fspath(path).rstrip('/')}/{quote(name, safe='._-')}"
+
+
+def key_columns(table: pa.Table | pa.Schema) -> list[str] | None:
+    """The columns a change table's rows are matched on: the replica-identity key, or
+    None (whole rows, a multiset) for REPLICA IDENTITY FULL and tables without a key."""
+    schema = table if isinstance(table, pa.Schema) else table.schema
+    metadata = schema.metadata or {}
+    if metadata.get(b"pg_replica_identity") == b"f":
+        return None
+    keys = [
+        f.name
+        for f in schema
+        if f.name not in METADATA_COLUMNS
+        and (f.metadata or {}).get(b"pg_replica_identity") == b"true"
+    ]
+    return keys or None
+
+
+def data_columns(table: pa.Table) -> list[str]:
+    return [c for c in table.column_names if c not in METADATA_COLUMNS]
+
+
+# -- reading what a table holds (both writers: the deltalake package reads every table,
+#    deletion vectors included) ------------------------------------------------------
+
+
+def _open(path: str) -> Any:
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(path)
+    except TableNotFoundError:
+        return None
+
+
+def read_table(path: str, where: str | None = None) -> pa.Table:
+    """The rows of the Delta table at ``path`` (``where``: an SQL filter)."""
+    from deltalake import QueryBuilder
+
+    table = _open(path)
+    if table is None:
+        raise DeltaError(f"no Delta table at {path}")
+    query = "SELECT * FROM t" + (f" WHERE {where}" if where else "")
+    rows = table_of(QueryBuilder().register("t", table).execute(query))
+    # DataFusion reads strings as views; the sink works in the plain types.
+    return rows.cast(_plain_schema(rows.schema))
+
+
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    """``t`` as the sink stores it: plain (not view or large) strings and binaries, every
+    nested field nullable (a NOT NULL field is an ``invariants`` table feature to Delta
+    Spark, which delta-rs does not write: delta-io/delta-rs#2882)."""
+    if t == pa.string_view() or pa.types.is_large_string(t):
+        return pa.string()
+    if t == pa.binary_view() or pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_dictionary(t):
+        return _plain_type(t.value_type)
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _plain_type(f.type)) for f in t])
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
+        return pa.list_(pa.field(t.value_field.name, _plain_type(t.value_type)))
+    return t
+
+
+def _plain_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema(
+        [pa.field(f.name, _plain_type(f.type), True, f.metadata) for f in schema],
+        metadata=schema.metadata,
+    )
+
+
+@dataclass
+class Position:
+    """Where a table stands in the stream (see *Exactly once*)."""
+
+    #: Commit LSN of the last transaction applied in full (None: nothing yet).
+    lsn: int | None
+    #: Incremental-snapshot progress recorded with the table's last commit (a key list,
+    #: or None once complete), or absent.
+    progress: Any = _NO_PROGRESS
+
+
+def position(path: str) -> Position | None:
+    """The stream position recorded in the Delta table at ``path``, None without table."""
+    table = _open(path)
+    if table is None:
+        return None
+    out = Position(table.transaction_version(APP_ID))
+    for commit in table.history(20):
+        meta = commit.get("userMetadata")
+        if not meta:
+            continue
+        try:
+            doc = json.loads(meta)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and APP_ID in doc:
+            out.progress = doc[APP_ID].get("progress")
+            break
+    return out
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def merge_clauses(columns: list[str], keys: list[str]) -> dict[str, Any]:
+    """The SQL of one MERGE (both writers speak it): the ON condition, the UPDATE
+    assignments and the INSERT values, by target column."""
+    on = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in keys)
+    update = {
+        _quote(c): (
+            f"CASE WHEN array_contains(s._unchanged, {_sql_string(c)}) "
+            f"THEN t.{_quote(c)} ELSE s.{_quote(c)} END"
+        )
+        for c in columns
+    }
+    insert = {_quote(c): f"s.{_quote(c)}" for c in columns}
+    return {"on": on, "update": update, "insert": insert}
+
+
+@dataclass
+class _Commit:
+    """What one Delta commit records besides its rows."""
+
+    app_id: str
+    version: int
+    progress: Any = _NO_PROGRESS
+
+    def metadata(self) -> str | None:
+        if self.progress is _NO_PROGRESS:
+            return None
+        return json.dumps({APP_ID: {"progress": self.progress}}, default=str)
+
+
+class _Writer:
+    """One way of writing Delta commits. Every method commits at most once."""
+
+    name = ""
+
+    def create(self, path: str, schema: pa.Schema) -> None:
+        raise NotImplementedError
+
+    def add_columns(self, path: str, fields: list[pa.Field]) -> None:
+        raise NotImplementedError
+
+    def merge(
+        self, path: str, source: pa.Table, keys: list[str], truncate: bool, commit: _Commit
+    ) -> None:
+        raise NotImplementedError
+
+    def write(self, path: str, table: pa.Table, mode: str, commit: _Commit | None) -> None:
+        raise NotImplementedError
+
+
+class DeltaRsWriter(_Writer):
+    """Commits through the ``deltalake`` package (delta-rs)."""
+
+    name = "delta-rs"
+
+    def __init__(self) -> None:
+        try:
+            import deltalake  # noqa: F401
+        except ImportError as e:
+            raise ConfigError(
+                "the delta-rs writer needs the deltalake package: pip install 'deltalake>=1.6'"
+            ) from e
+
+    @staticmethod
+    def _properties(commit: _Commit | None) -> Any:
+        from deltalake.transaction import CommitProperties, Transaction
+
+        if commit is None:
+            return None
+        meta = commit.metadata()
+        return CommitProperties(
+            app_transactions=[Transaction(commit.app_id, commit.version)],
+            custom_metadata={"userMetadata": meta} if meta else None,
+        )
+
+    def create(self, path: str, schema: pa.Schema) -> None:
+        from deltalake import write_deltalake
+
+        write_deltalake(path, schema.empty_table(), mode="append")
+
+    def add_columns(self, path: str, fields: list[pa.Field]) -> None:
+        from deltalake import DeltaTable, Schema
+
+        delta_fields = Schema.from_arrow(pa.schema(fields)).fields
+        DeltaTable(path).alter.add_columns(delta_fields)
+
+    def merge(
+        self, path: str, source: pa.Table, keys: list[str], truncate: bool, commit: _Commit
+    ) -> None:
+        from deltalake import DeltaTable
+
+        clauses = merge_clauses(_data(source), keys)
+        merger = DeltaTable(path).merge(
+            source,
+            predicate=clauses["on"],
+            source_alias="s",
+            target_alias="t",
+            commit_properties=self._properties(commit),
+            # Source statistics prune the files the MERGE reads (keys that cluster touch
+            # few files).
+            streamed_exec=False,
+        )
+        merger = (
+            merger.when_matched_delete(predicate="s._delete")
+            .when_matched_update(updates=clauses["update"], predicate="NOT s._delete")
+            .when_not_matched_insert(updates=clauses["insert"], predicate="NOT s._delete")
+        )
+        if truncate:
+            merger = merger.when_not_matched_by_source_delete()
+        merger.execute()
+
+    def write(self, path: str, table: pa.Table, mode: str, commit: _Commit | None) -> None:
+        from deltalake import write_deltalake
+
+        properties = self._properties(commit)
+        if mode == "overwrite":
+            write_deltalake(
+                path, table, mode="overwrite", schema_mode="overwrite", commit_properties=properties
+            )
+        else:
+            write_deltalake(path, table, mode="append", commit_properties=properties)
+
+
+class SparkWriter(_Writer):
+    """Commits through Spark's ``MERGE INTO`` and DataFrame writer (delta-spark)."""
+
+    name = "spark"
+
+    def __init__(self, spark: SparkSession | None) -> None:
+        if spark is None:
+            raise ConfigError(
+                "writer='spark' needs a SparkSession with Delta Lake: pass "
+                "spark=pgwire_cdc.spark.session(delta=True), or your own session with the "
+                "delta-spark jars and DeltaSparkSessionExtension"
+            )
+        self.spark = spark
+        self._view = 0
+
+    def _frame(self, table: pa.Table) -> DataFrame:
+        return self.spark.createDataFrame(table, schema=spark_schema(table.schema))
+
+    def create(self, path: str, schema: pa.Schema) -> None:
+        (
+            self._frame(schema.empty_table())
+            .write.format("delta")
+            .mode("append")
+            .option("delta.enableDeletionVectors", "true")
+            .save(path)
+        )
+
+    def add_columns(self, path: str, fields: list[pa.Field]) -> None:
+        columns = ", ".join(
+            f"{_quote(f.name)} {spark_schema(pa.schema([f]))[0].dataType.simpleString()}"
+            for f in fields
+        )
+        self.spark.sql(f"ALTER TABLE delta.{_quote(path)} ADD COLUMNS ({columns})")
+
+    def _confs(self, commit: _Commit | None) -> dict[str, str | None]:
+        if commit is None:
+            return {}
+        return {
+            "spark.databricks.delta.write.txnAppId": commit.app_id,
+            "spark.databricks.delta.write.txnVersion": str(commit.version),
+            "spark.databricks.delta.commitInfo.userMetadata": commit.metadata(),
+        }
+
+    def _with_confs(self, confs: dict[str, str | None], run: Callable[[], object]) -> None:
+        conf = self.spark.conf
+        try:
+            for key, value in confs.items():
+                if value is None:
+                    conf.unset(key)
+                else:
+                    conf.set(key, value)
+            run()
+        finally:
+            for key in confs:
+                conf.unset(key)
+
+    def merge(
+        self, path: str, source: pa.Table, keys: list[str], truncate: bool, commit: _Commit
+    ) -> None:
+        columns = _data(source)
+        clauses = merge_clauses(columns, keys)
+        self._view += 1
+        view = f"pgwire_cdc_merge_source_{self._view}"
+        self._frame(source).createOrReplaceTempView(view)
+        update = ", ".join(f"t.{c} = {e}" for c, e in clauses["update"].items())
+        names = ", ".join(clauses["insert"])
+        values = ", ".join(clauses["insert"].values())
+        sql = (
+            f"MERGE INTO delta.{_quote(path)} t USING {view} s ON {clauses['on']} "
+            "WHEN MATCHED AND s._delete THEN DELETE "
+            f"WHEN MATCHED THEN UPDATE SET {update} "
+            f"WHEN NOT MATCHED AND NOT s._delete THEN INSERT ({names}) VALUES ({values})"
+        )
+        if truncate:
+            sql += " WHEN NOT MATCHED BY SOURCE THEN DELETE"
+        try:
+            self._with_confs(self._confs(commit), lambda: self.spark.sql(sql).collect())
+        finally:
+            self.spark.catalog.dropTempView(view)
+
+    def write(self, path: str, table: pa.Table, mode: str, commit: _Commit | None) -> None:
+        writer = self._frame(table).write.format("delta").mode(mode)
+        if mode == "overwrite":
+            writer = writer.option("overwriteSchema", "true")
+        if commit is not None:
+            writer = writer.option("txnAppId", commit.app_id).option(
+                "txnVersion", str(commit.version)
+            )
+            meta = commit.metadata()
+            if meta:
+                writer = writer.option("userMetadata", meta)
+        writer.save(path)
+
+
+def _data(source: pa.Table) -> list[str]:
+    """The table columns of a MERGE source (everything before ``_delete``)."""
+    names = source.column_names
+    return list(names[: names.index("_delete")] if "_delete" in names else names)
+
+
+def writer_for(writer: str | _Writer, spark: SparkSession | None = None) -> _Writer:
+    if isinstance(writer, _Writer):
+        return writer
+    if writer == "delta-rs":
+        return DeltaRsWriter()
+    if writer == "spark":
+        return SparkWriter(spark)
+    raise ConfigError(f"unknown Delta writer {writer!r}: use one of {', '.join(WRITERS)}")
+
+
+def _delta_shape(changes: pa.Table) -> pa.Table:
+    """The change table in the types the Delta table holds: time as strings (see
+    :mod:`pgwire_cdc.spark`), dictionaries decoded, nested fields nullable. The metadata
+    columns stay as they are."""
+    changes = for_spark(changes)
+    fields = [
+        f if f.name in METADATA_COLUMNS else pa.field(f.name, _plain_type(f.type), True, f.metadata)
+        for f in changes.schema
+    ]
+    schema = pa.schema(fields, metadata=changes.schema.metadata)
+    return changes if schema.equals(changes.schema) else changes.cast(schema)
+
+
+def _after(changes: pa.Table, lsn: int | None, partial: tuple[int, int] | None) -> pa.Table:
+    """The rows past a table's position: commit LSN above ``lsn``, and of the transaction
+    ``partial`` = (commit LSN, ordinal) only the rows after that ordinal."""
+    keep = None
+    commit = changes["_commit_lsn"]
+    if lsn is not None:
+        keep = pc.greater(commit, lsn)
+    if partial is not None:
+        c, o = partial
+        later = pc.or_(pc.not_equal(commit, c), pc.greater(changes["_tx_ordinal"], o))
+        keep = later if keep is None else pc.and_(keep, later)
+    return changes if keep is None else changes.filter(keep)
+
+
+class DeltaSink:
+    """The Delta tables of one stream under ``path``, kept by one writer."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        writer: str | _Writer = "delta-rs",
+        spark: SparkSession | None = None,
+        on_step: Callable[[str], None] | None = None,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.writer = writer_for(writer, spark)
+        self._on_step = on_step or (lambda _step: None)
+        # Tables the initial snapshot in progress has written (their first part replaced
+        # the table; later parts append).
+        self._snapshot_written: set[str] = set()
+        #: Tables an initial snapshot reported complete that have no Delta table yet
+        #: (the source table was empty): :func:`run` creates them from the catalog.
+        self.missing: list[str] = []
+
+    def table_path(self, name: str) -> str:
+        return table_path(self.path, name)
+
+    def held_tables(self, names: Iterable[str]) -> dict[str, Any]:
+        """``stream(held_tables=...)`` for the tables ``names``: those with a Delta table,
+        None when complete, or the key their incremental snapshot reached."""
+        held: dict[str, Any] = {}
+        for name in names:
+            pos = position(self.table_path(name))
+            if pos is None:
+                continue
+            held[name] = None if pos.progress is _NO_PROGRESS else pos.progress
+        return held
+
+    # -- applying ------------------------------------------------------------------
+
+    def apply(self, batch: Batch) -> ApplyStats:
+        """Commits one batch to the Delta tables it touches. Ack it only after this
+        returns."""
+        stats = ApplyStats(batches=1)
+        if batch.snapshot_start:
+            self._snapshot_written = set()
+            self.missing = []
+        groups: dict[str, list[tuple[int, pa.Table]]] = {}
+        for key, changes in batch.tables.items():
+            name, _, suffix = key.partition("@")
+            groups.setdefault(name, []).append((int(suffix or 1), changes))
+        for name, parts in groups.items():
+            progress = batch.snapshot_progress.get(name, _NO_PROGRESS)
+            for i, (_, changes) in enumerate(sorted(parts, key=lambda p: p[0])):
+                last = i == len(parts) - 1
+                if batch.snapshot:
+                    self._snapshot_part(name, changes, stats)
+                else:
+                    self._changes(
+                        name, changes, batch.lsn, progress if last else _NO_PROGRESS, stats
+                    )
+        for name in batch.snapshot_progress:
+            if name in groups:
+                continue
+            path = self.table_path(name)
+            if batch.snapshot:
+                if name not in self._snapshot_written:
+                    self._empty_for_snapshot(name)
+            elif _open(path) is None:
+                self.missing.append(name)
+        return stats
+
+    def _snapshot_part(self, name: str, changes: pa.Table, stats: ApplyStats) -> None:
+        path = self.table_path(name)
+        lsn = int(changes["_commit_lsn"][0].as_py()) if changes.num_rows else None
+        rows = _delta_shape(changes).select(data_columns(changes))
+        stats.inserted += rows.num_rows
+        if name in self._snapshot_written:
+            self.writer.write(path, rows, "append", None)
+        else:
+            current = position(path)
+            if current is not None and current.lsn is not None and lsn is not None:
+                if current.lsn > lsn:
+                    raise DeltaError(
+                        f"{name}: the Delta table at {path} holds changes up to a later LSN "
+                        "than this stream's initial snapshot (was it written from another "
+                        "server or slot?); remove it or point the sink elsewhere"
+                    )
+            commit = None
+            if lsn is not None and (current is None or current.lsn is None or lsn > current.lsn):
+                commit = _Commit(APP_ID, lsn, None)
+            self.writer.write(path, rows, "overwrite", commit)
+            self._snapshot_written.add(name)
+        stats.commits += 1
+        self._on_step("committed")
+
+    def _empty_for_snapshot(self, name: str) -> None:
+        path = self.table_path(name)
+        table = _open(path)
+        self._snapshot_written.add(name)
+        if table is None:
+            self.missing.append(name)
+            return
+        rows = read_table(path, "false")
+        self.writer.write(path, rows, "overwrite", None)
+
+    def _changes(
+        self,
+        name: str,
+        changes: pa.Table,
+        lsn: int,
+        progress: Any,
+        stats: ApplyStats,
+        path: str | None = None,
+    ) -> None:
+        path = path or self.table_path(name)
+        pos = position(path)
+        current = pos.lsn if pos is not None else None
+        partial = None
+        if changes.num_rows:
+            after = _after(changes, current, None)
+            if after.num_rows:
+                first = int(after["_commit_lsn"][0].as_py())
+                table = _open(path)
+                ordinal = table.transaction_version(f"{APP_ID}@{first}") if table else None
+                if ordinal is not None:
+                    partial = (first, ordinal)
+            kept = _after(changes, current, partial)
+            stats.skipped += changes.num_rows - kept.num_rows
+            changes = kept
+        if changes.num_rows == 0:
+            if progress is not _NO_PROGRESS and pos is None:
+                self.missing.append(name)
+            return
+        last = int(changes["_commit_lsn"][-1].as_py())
+        if lsn > last:
+            parts = [(changes, _Commit(APP_ID, last, progress))]
+        else:
+            # The batch ends inside the transaction committing at `last`: its rows go in
+            # a commit of their own, recording how far into it they reach.
+            commit = changes["_commit_lsn"]
+            head = changes.filter(pc.less(commit, last))
+            tail = changes.filter(pc.equal(commit, last))
+            parts = []
+            if head.num_rows:
+                parts.append((head, _Commit(APP_ID, int(head["_commit_lsn"][-1].as_py()))))
+            ordinal = int(tail["_tx_ordinal"][-1].as_py())
+            parts.append((tail, _Commit(f"{APP_ID}@{last}", ordinal, progress)))
+        for part, commit_info in parts:
+            self._commit(name, path, part, commit_info, stats)
+
+    def _commit(
+        self, name: str, path: str, changes: pa.Table, commit: _Commit, stats: ApplyStats
+    ) -> None:
+        changes = _delta_shape(changes)
+        columns = data_columns(changes)
+        keys = key_columns(changes)
+        table = _open(path)
+        if table is None:
+            self.writer.create(path, changes.select(columns).schema)
+            table = _open(path)
+        changes = self._fit(name, path, table, changes, keyed=keys is not None)
+        columns = data_columns(changes)
+        if keys is None:
+            base = read_table(path).select(columns)
+            base = base.cast(pa.schema([changes.schema.field(c) for c in columns]))
+            stream, counts = _native.apply_changes(base, changes, None)
+            self.writer.write(path, table_of(stream), "overwrite", commit)
+            stats.add({k: v for k, v in counts.items() if k in vars(stats)})
+        else:
+            stream, counts = _native.reduce_changes(changes, columns, keys)
+            source = _fill_moved(path, table_of(stream), keys)
+            self.writer.merge(path, source, keys, counts["truncated"] > 0, commit)
+            stats.add({k: v for k, v in counts.items() if k in vars(stats)})
+        stats.commits += 1
+        self._on_step("committed")
+
+    def _fit(
+        self, name: str, path: str, table: Any, changes: pa.Table, *, keyed: bool
+    ) -> pa.Table:
+        """Evolves the Delta table to the change table's columns and the change table to
+        the Delta table's (see *Schema changes*)."""
+        from deltalake import Schema
+
+        current = pa.schema(table.schema().to_arrow())
+        columns = data_columns(changes)
+        wanted = Schema.from_arrow(changes.select(columns).schema)
+        have = {f.name: f for f in table.schema().fields}
+        new = [changes.schema.field(f.name) for f in wanted.fields if f.name not in have]
+        changed = [
+            f.name
+            for f in wanted.fields
+            if f.name in have and str(have[f.name].type) != str(f.type)
+        ]
+        if changed or (not keyed and any(n not in columns for n in have)):
+            self._rewrite(name, path, changes, changed, keep=keyed)
+            current = pa.schema(_open(path).schema().to_arrow())
+        elif new:
+            self.writer.add_columns(path, new)
+            current = pa.schema(_open(path).schema().to_arrow())
+        missing = [f for f in _plain_schema(current) if f.name not in columns]
+        if missing and keyed:
+            for f in missing:
+                changes = changes.append_column(f, pa.nulls(changes.num_rows, f.type))
+            changes = mark_unchanged(changes, [f.name for f in missing])
+            changes = changes.select([*data_columns(changes), *METADATA_COLUMNS])
+        return changes
+
+    def _rewrite(
+        self, name: str, path: str, changes: pa.Table, changed: list[str], *, keep: bool
+    ) -> None:
+        """Rewrites the table in the change table's column types (and, for a keyless
+        table, its columns: rows matched whole cannot match on a column not carried)."""
+        rows = read_table(path)
+        columns = data_columns(changes)
+        arrays = []
+        fields = []
+        for f in changes.select(columns).schema:
+            if f.name in rows.column_names:
+                column = rows[f.name]
+                try:
+                    column = column.cast(f.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                    raise DeltaError(
+                        f"{name}: column {f.name!r} changed type to {f.type} and the rows "
+                        f"the Delta table holds cannot be converted ({e}); re-snapshot the "
+                        "table (pgwire-cdc resnapshot, or drop the slot and the table)"
+                    ) from e
+            else:
+                column = pa.nulls(rows.num_rows, f.type)
+            arrays.append(column)
+            fields.append(f)
+        if keep:
+            for f in rows.schema:
+                if f.name not in columns:
+                    arrays.append(rows[f.name])
+                    fields.append(f)
+        self.writer.write(
+            path, pa.Table.from_arrays(arrays, schema=pa.schema(fields)), "overwrite", None
+        )
+        log.info("%s: Delta table rewritten for a schema change (%s)", name, ", ".join(changed))
+
+
+def _fill_moved(path: str, source: pa.Table, keys: list[str]) -> pa.Table:
+    """Fills the unchanged columns of rows that moved to a new key in the batch from the
+    table row under their old key (``_from``)."""
+    moved = source["_from"].is_valid()
+    if not pc.any(moved).as_py():
+        return source.drop_columns(["_from"])
+    rows = source.filter(moved)
+    old = pa.Table.from_struct_array(rows["_from"].combine_chunks())
+    conditions = []
+    for i in range(old.num_rows):
+        parts = [f"{_quote(k)} = {_literal(old[k][i].as_py())}" for k in keys]
+        conditions.append("(" + " AND ".join(parts) + ")")
+    table = read_table(path, " OR ".join(conditions))
+    found = {tuple(r[k] for k in keys): r for r in table.to_pylist()}
+    filled = []
+    for row, key in zip(rows.to_pylist(), old.to_pylist(), strict=True):
+        prior = found.get(tuple(key[k] for k in keys))
+        if prior is not None:
+            for column in row["_unchanged"]:
+                row[column] = prior.get(column)
+            row["_unchanged"] = []
+        filled.append(row)
+    rest = source.filter(pc.invert(moved))
+    patched = pa.Table.from_pylist(filled, schema=source.schema)
+    return pa.concat_tables([rest, patched]).drop_columns(["_from"])
+
+
+def _literal(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int | float):
+        return repr(value)
+    return _sql_string(str(value))
+
+
+# -- the public functions ------------------------------------------------------------
+
+
+def apply(
+    batch: Batch,
+    path: str | os.PathLike[str],
+    writer: str = "delta-rs",
+    spark: SparkSession | None = None,
+) -> ApplyStats:
+    """Commits one ``stream()`` batch to the Delta tables under ``path``; the caller acks
+    the batch after this returns."""
+    return DeltaSink(path, writer, spark).apply(batch)
+
+
+def merge_changes(
+    changes: DataFrame | pa.Table,
+    path: str | os.PathLike[str],
+    writer: str = "spark",
+    spark: SparkSession | None = None,
+) -> ApplyStats:
+    """MERGEs a Spark DataFrame (or Arrow table) of changes of one table — the rows the
+    ``format("pgwire_cdc")`` streaming source yields, complete transactions — into the
+    Delta table ``path`` (that table's own path, see :func:`table_path`). Made for
+    ``foreachBatch``: a micro-batch run again after a failure is skipped row by row
+    against the table's recorded position, so it is idempotent."""
+    if isinstance(changes, pa.Table):
+        table = changes
+    else:
+        spark = spark or changes.sparkSession
+        table = changes.toArrow()
+    stats = ApplyStats(batches=1)
+    if table.num_rows == 0:
+        return stats
+    target = os.fspath(path)
+    sink = DeltaSink(os.path.dirname(target) or ".", writer, spark)
+    # Complete transactions: the batch's LSN lies past every commit in it.
+    lsn = int(pc.max(table["_commit_lsn"]).as_py()) + 1
+    sink._changes(os.path.basename(target), table, lsn, _NO_PROGRESS, stats, path=target)
+    return stats
+
+
+def run(
+    dsn: str,
+    path: str | os.PathLike[str],
+    *,
+    publication: str = "pgwire_cdc",
+    slot: str = "pgwire_cdc_slot",
+    tables: Iterable[str] | None = None,
+    writer: str = "delta-rs",
+    spark: SparkSession | None = None,
+    on_batch: Callable[[DeltaSink, Batch, ApplyStats], None] | None = None,
+    on_step: Callable[[str], None] | None = None,
+    **stream_options: Any,
+) -> ApplyStats:
+    """Keeps one Delta table per published table under ``path`` until the stream ends
+    (give ``until_lsn`` or ``idle_timeout`` for a run that ends by itself). Each batch is
+    committed to Delta before it is acked; ``on_batch`` is called after each one."""
+    from .streaming import stream
+
+    sink = DeltaSink(path, writer, spark, on_step=on_step)
+    names = _published(dsn, publication, tables)
+    held = sink.held_tables(names)
+    _check_slot_matches(dsn, slot, sink, held)
+    stream_options.setdefault("held_tables", held)
+    total = ApplyStats()
+    started = time.monotonic()
+    batches: Iterator[Batch] = stream(
+        dsn,
+        publication=publication,
+        slot=slot,
+        tables=list(tables) if tables is not None else None,
+        **stream_options,
+    )
+    for batch in batches:
+        stats = sink.apply(batch)
+        if sink.missing:
+            _create_missing(dsn, publication, sink)
+        batch.ack()
+        total.add(stats)
+        if on_batch is not None:
+            on_batch(sink, batch, stats)
+    log.info(
+        "delta: %d changes in %d batches (%d commits) in %.1f s",
+        total.changes,
+        total.batches,
+        total.commits,
+        time.monotonic() - started,
+    )
+    return total
+
+
+def _published(dsn: str, publication: str, tables: Iterable[str] | None) -> list[str]:
+    if tables is not None:
+        return [t if "." in t else f"public.{t}" for t in tables]
+    import psycopg
+
+    from . import catalog
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            return [t.qualified for t in catalog.published_tables(conn, publication)]
+        except Exception:
+            return []
+
+
+def _create_missing(dsn: str, publication: str, sink: DeltaSink) -> None:
+    """Creates the Delta tables of source tables that had no rows to copy."""
+    import psycopg
+
+    from .spark_source import change_table_schema
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for name in sink.missing:
+            path = sink.table_path(name)
+            if _open(path) is not None:
+                continue
+            schema = change_table_schema(conn, publication, name)
+            data = pa.schema([f for f in schema if f.name not in METADATA_COLUMNS])
+            sink.writer.create(path, _delta_shape(data.empty_table()).schema)
+    sink.missing = []
+
+
+def _check_slot_matches(dsn: str, slot: str, sink: DeltaSink, held: dict[str, Any]) -> None:
+    """An existing slot with no Delta table would stream changes on top of nothing: the
+    rows from before the slot was made would be missing."""
+    import psycopg
+
+    from . import admin
+
+    if held:
+        return
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if admin.get_slot(conn, slot) is not None:
+            raise DeltaError(
+                f"the replication slot {slot!r} exists but there is no Delta table under "
+                f"{sink.path}, so the rows from before the slot was created would be "
+                "missing; drop the slot (pg_drop_replication_slot) to start with a new "
+                "snapshot, or point the sink at the directory that used it"
+            )

@@ -1,0 +1,329 @@
+//! `reduce_changes`: one final change per key, the source of a MERGE (see the module
+//! documentation).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ahash::RandomState;
+use arrow_array::builder::{ListBuilder, StringBuilder};
+use arrow_array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch, StructArray};
+use arrow_buffer::NullBuffer;
+use arrow_row::{Row, RowConverter, Rows, SortField};
+use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
+use arrow_select::interleave::interleave;
+
+use super::apply::{
+    change_columns, to_u32, unchanged_columns, ApplyError, ApplyStats, ChangeColumns, Kind,
+    RowVersion, Src,
+};
+
+/// The MERGE source of one change table, and what the changes did.
+#[derive(Debug)]
+pub struct Reduced {
+    /// The table's columns, then `_delete` (bool: the key's row goes), `_unchanged`
+    /// (list<string>: columns whose value the table row keeps) and `_from` (struct of the
+    /// key columns, or null: the key of the table row holding the `_unchanged` values when
+    /// it is not the row's own key).
+    pub batch: RecordBatch,
+    /// A `truncate` came: every table row not named by `batch` goes.
+    pub truncated: bool,
+    pub stats: ApplyStats,
+}
+
+/// The final change of one key.
+enum Final {
+    Row {
+        version: RowVersion,
+        /// Columns no change of the batch supplied (sorted).
+        unknown: Vec<usize>,
+        /// Where the table holds them, when not under this row's key.
+        from: Option<Src>,
+    },
+    Deleted {
+        /// The old key's values.
+        key: Src,
+    },
+}
+
+/// Reduces `changes` (change batches of one table whose columns include `schema`'s, by
+/// name, followed by the metadata columns) to one final change per value of the
+/// `key_columns` (indexes into `schema`).
+pub fn reduce_changes(
+    schema: &SchemaRef,
+    changes: &[RecordBatch],
+    key_columns: &[usize],
+) -> Result<Reduced, ApplyError> {
+    let width = schema.fields().len();
+    if key_columns.is_empty() || key_columns.iter().any(|&c| c >= width) {
+        return Err(ApplyError::Schema("no usable key columns".into()));
+    }
+    let parsed: Vec<ChangeColumns<'_>> = changes
+        .iter()
+        .map(|c| change_columns(schema, c))
+        .collect::<Result<_, _>>()?;
+    let n = parsed.len();
+    // Sources of a value: change batch `ci` row `r` is (ci, r); its `_before` image is
+    // (n + ci, r); the null is (2n, 0).
+    let null: Src = (to_u32(2 * n)?, 0);
+
+    let fields: Vec<SortField> = key_columns
+        .iter()
+        .filter_map(|&c| schema.fields().get(c))
+        .map(|f| SortField::new(f.data_type().clone()))
+        .collect();
+    let converter = RowConverter::new(fields)?;
+    let mut new_keys: Vec<Rows> = Vec::with_capacity(n);
+    let mut before_keys: Vec<Option<Rows>> = Vec::with_capacity(n);
+    let mut before_columns: Vec<Vec<Option<ArrayRef>>> = Vec::with_capacity(n);
+    for c in &parsed {
+        let data: Vec<ArrayRef> = key_columns
+            .iter()
+            .filter_map(|&k| c.data.get(k).cloned())
+            .collect();
+        new_keys.push(converter.convert_columns(&data)?);
+        let columns: Vec<Option<ArrayRef>> = (0..width)
+            .map(|col| {
+                let name = schema.field(col).name();
+                c.before.and_then(|b| b.column_by_name(name).cloned())
+            })
+            .collect();
+        before_keys.push(match c.before {
+            Some(_) => {
+                let keys: Vec<ArrayRef> = key_columns
+                    .iter()
+                    .map(|&k| {
+                        columns.get(k).cloned().flatten().ok_or_else(|| {
+                            ApplyError::Schema(format!(
+                                "_before has no column {:?}",
+                                schema.field(k).name()
+                            ))
+                        })
+                    })
+                    .collect::<Result<_, _>>()?;
+                Some(converter.convert_columns(&keys)?)
+            }
+            None => None,
+        });
+        before_columns.push(columns);
+    }
+
+    let mut finals: Vec<Option<Final>> = Vec::new();
+    let mut index: HashMap<Row<'_>, usize, RandomState> = HashMap::with_hasher(RandomState::new());
+    let mut stats = ApplyStats::default();
+    let mut truncated = false;
+    for (ci, c) in parsed.iter().enumerate() {
+        let (Some(new_k), Some(before_k)) = (new_keys.get(ci), before_keys.get(ci)) else {
+            continue;
+        };
+        for (i, kind) in c.kinds.iter().enumerate() {
+            let here: Src = (to_u32(ci)?, to_u32(i)?);
+            let (old_key, old_src) = match (c.before, before_k) {
+                (Some(before), Some(bk)) if before.is_valid(i) => {
+                    (bk.row(i), (to_u32(n + ci)?, to_u32(i)?))
+                }
+                _ => (new_k.row(i), here),
+            };
+            match kind {
+                Kind::Truncate => {
+                    stats.truncated += 1;
+                    truncated = true;
+                    finals.clear();
+                    index.clear();
+                }
+                Kind::Delete => {
+                    stats.deleted += 1;
+                    if take(&mut index, &mut finals, old_key).is_none() {
+                        stats.missing_rows += 1;
+                    }
+                    place(&mut index, &mut finals, old_key, Final::Deleted { key: old_src });
+                }
+                Kind::Upsert => {
+                    stats.inserted += 1;
+                    let row = Final::Row {
+                        version: RowVersion {
+                            src: here,
+                            patches: None,
+                        },
+                        unknown: Vec::new(),
+                        from: None,
+                    };
+                    place(&mut index, &mut finals, new_k.row(i), row);
+                }
+                Kind::Update => {
+                    stats.updated += 1;
+                    let prior = take(&mut index, &mut finals, old_key);
+                    let moved = old_key != new_k.row(i);
+                    if moved {
+                        place(&mut index, &mut finals, old_key, Final::Deleted { key: old_src });
+                    }
+                    let mut patches = Vec::new();
+                    let mut unknown = Vec::new();
+                    for col in unchanged_columns(schema, c.unchanged, i)? {
+                        match &prior {
+                            Some(Final::Row {
+                                version,
+                                unknown: before,
+                                ..
+                            }) if !before.contains(&col) => {
+                                patches.push((col, version.source_of(col)));
+                            }
+                            _ => {
+                                patches.push((col, null));
+                                unknown.push(col);
+                            }
+                        }
+                    }
+                    unknown.sort_unstable();
+                    let mut from = None;
+                    if !unknown.is_empty() {
+                        // The table row holding them: where the prior change found it,
+                        // else under the key this update found the row by.
+                        from = match &prior {
+                            Some(Final::Row { from, .. }) => *from,
+                            _ => None,
+                        };
+                        if from.is_none() && moved {
+                            from = Some(old_src);
+                        }
+                    }
+                    let row = Final::Row {
+                        version: RowVersion {
+                            src: here,
+                            patches: (!patches.is_empty()).then(|| patches.into_boxed_slice()),
+                        },
+                        unknown,
+                        from,
+                    };
+                    place(&mut index, &mut finals, new_k.row(i), row);
+                }
+            }
+        }
+    }
+
+    let live: Vec<&Final> = finals.iter().flatten().collect();
+    let is_key = |col: usize| key_columns.contains(&col);
+    // Every value source of column `col`, indexed as `Src` is.
+    let sources = |col: usize| -> Result<Vec<ArrayRef>, ApplyError> {
+        let field = schema.field(col);
+        let nulls = new_null_array(field.data_type(), 1);
+        let mut out = Vec::with_capacity(2 * n + 1);
+        for c in &parsed {
+            out.push(
+                c.data
+                    .get(col)
+                    .cloned()
+                    .ok_or_else(|| ApplyError::Schema("missing column".into()))?,
+            );
+        }
+        for columns in &before_columns {
+            out.push(match columns.get(col).cloned().flatten() {
+                Some(a) if is_key(col) => a,
+                _ => nulls.clone(),
+            });
+        }
+        out.push(nulls);
+        Ok(out)
+    };
+    let pick_all = |arrays: &[ArrayRef], picks: &[(usize, usize)]| -> Result<ArrayRef, ApplyError> {
+        let refs: Vec<&dyn Array> = arrays.iter().map(AsRef::as_ref).collect();
+        Ok(interleave(&refs, picks)?)
+    };
+    let at = |s: Src| (s.0 as usize, s.1 as usize);
+
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(width + 3);
+    for col in 0..width {
+        let picks: Vec<(usize, usize)> = live
+            .iter()
+            .map(|f| match f {
+                Final::Row { version, .. } => at(version.source_of(col)),
+                Final::Deleted { key } if is_key(col) => at(*key),
+                Final::Deleted { .. } => at(null),
+            })
+            .collect();
+        columns.push(pick_all(&sources(col)?, &picks)?);
+    }
+    let deletes: BooleanArray = live
+        .iter()
+        .map(|f| Some(matches!(f, Final::Deleted { .. })))
+        .collect();
+    columns.push(Arc::new(deletes));
+    let mut unchanged = ListBuilder::new(StringBuilder::new());
+    for f in &live {
+        if let Final::Row { unknown, .. } = f {
+            for &col in unknown {
+                unchanged.values().append_value(schema.field(col).name());
+            }
+        }
+        unchanged.append(true);
+    }
+    columns.push(Arc::new(unchanged.finish()));
+    let from_fields: Fields = key_columns
+        .iter()
+        .map(|&k| Arc::new(schema.field(k).clone().with_nullable(true)))
+        .collect();
+    let mut from_columns = Vec::with_capacity(key_columns.len());
+    for &k in key_columns {
+        let picks: Vec<(usize, usize)> = live
+            .iter()
+            .map(|f| match f {
+                Final::Row { from: Some(s), .. } => at(*s),
+                _ => at(null),
+            })
+            .collect();
+        from_columns.push(pick_all(&sources(k)?, &picks)?);
+    }
+    let valid: NullBuffer = live
+        .iter()
+        .map(|f| matches!(f, Final::Row { from: Some(_), .. }))
+        .collect::<Vec<bool>>()
+        .into();
+    let from = StructArray::try_new(from_fields.clone(), from_columns, Some(valid))?;
+    columns.push(Arc::new(from));
+
+    let mut fields: Vec<Arc<Field>> = schema.fields().iter().cloned().collect();
+    fields.push(Arc::new(Field::new("_delete", DataType::Boolean, false)));
+    fields.push(Arc::new(Field::new(
+        "_unchanged",
+        DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+        false,
+    )));
+    fields.push(Arc::new(Field::new(
+        "_from",
+        DataType::Struct(from_fields),
+        true,
+    )));
+    let out_schema = Arc::new(Schema::new(fields));
+    let batch = RecordBatch::try_new(out_schema, columns)?;
+    Ok(Reduced {
+        batch,
+        truncated,
+        stats,
+    })
+}
+
+/// Removes the final change stored under `key` and returns it.
+fn take<'k>(
+    index: &mut HashMap<Row<'k>, usize, RandomState>,
+    finals: &mut [Option<Final>],
+    key: Row<'k>,
+) -> Option<Final> {
+    let at = index.remove(&key)?;
+    finals.get_mut(at).and_then(Option::take)
+}
+
+/// Makes `value` the final change of `key`.
+fn place<'k>(
+    index: &mut HashMap<Row<'k>, usize, RandomState>,
+    finals: &mut Vec<Option<Final>>,
+    key: Row<'k>,
+    value: Final,
+) {
+    if let Some(&at) = index.get(&key) {
+        if let Some(slot) = finals.get_mut(at) {
+            *slot = Some(value);
+            return;
+        }
+    }
+    index.insert(key, finals.len());
+    finals.push(Some(value));
+}
