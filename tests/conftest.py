@@ -4,8 +4,8 @@
 - `pg`: parametrized over both servers (ids ``pg15`` / ``pg18``).
 - `db`: a fresh database on `pg` with an autocommit psycopg 3 connection; dropped afterwards
   (together with its replication slots and prepared transactions).
-- `spark`: one local Spark session (UTC, Arrow on) for the whole run, started the first
-  time a test asks.
+- `spark`: one local Spark session (UTC, Arrow on, Delta Lake configured) for the whole
+  run, started the first time a test asks.
 
 Tests that use a server are marked ``server`` automatically, so ``pytest -m "not server"``
 runs only the offline suites.
@@ -101,12 +101,16 @@ def spark() -> Iterator[Any]:
 
     from pgwire_cdc.spark import session
 
+    # The Delta Lake jars `make jars` fetched (the Makefile exports the same path).
+    jars = Path(__file__).resolve().parent.parent / ".cache" / "jars" / "delta"
+    os.environ.setdefault("PGWIRE_CDC_DELTA_JARS", str(jars))
     # Python workers run this interpreter (the venv with pgwire_cdc installed).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     spark = session(
         "pgwire_cdc-tests",
         "local[2]",
+        delta=True,
         **{
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "2",

@@ -50,3 +50,23 @@ def test_delta_rs_tables_equal_source(db: Database, workload: Workload, tmp_path
     later = run(db, tmp_path)
     assert later.updated > 0 and later.deleted > 0
     assert_tables_equal_source(db, tmp_path)
+
+
+def test_spark_writer_tables_equal_source(
+    db: Database, workload: Workload, tmp_path: Path, spark: Any
+) -> None:
+    workload.run(40)
+    first = run(db, tmp_path, writer="spark", spark=spark, max_batch_rows=500)
+    assert first.inserted > 0
+    assert_tables_equal_source(db, tmp_path)
+    workload.run(80)
+    later = run(db, tmp_path, writer="spark", spark=spark, max_batch_rows=500)
+    assert later.updated > 0 and later.deleted > 0
+    assert_tables_equal_source(db, tmp_path)
+    # Tables Spark wrote have deletion vectors on, and Spark reads them equal too.
+    for name in TABLES:
+        path = delta.table_path(tmp_path, name)
+        props = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0]["properties"]
+        assert props.get("delta.enableDeletionVectors") == "true", name
+        rows = spark.read.format("delta").load(path).count()
+        assert rows == len(source_rows(db.conn, name)), name

@@ -438,6 +438,8 @@ class SparkWriter(_Writer):
             self.spark.catalog.dropTempView(view)
 
     def write(self, path: str, table: pa.Table, mode: str, commit: _Commit | None) -> None:
+        if _open(path) is None:
+            self.create(path, table.schema)
         writer = self._frame(table).write.format("delta").mode(mode)
         if mode == "overwrite":
             writer = writer.option("overwriteSchema", "true")

@@ -65,11 +65,18 @@ try:
         DataSourceStreamReader,
         InputPartition,
     )
-    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 except ImportError as e:  # pragma: no cover - pyspark is an optional dependency
     raise ImportError(
         "pgwire_cdc.spark_source needs PySpark 4.1 or later: pip install 'pgwire-cdc[spark]'"
     ) from e
+
+try:
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # PySpark 4.1: Spark drives Trigger.AvailableNow through latestOffset.
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """PySpark 4.2's mix-in for ``Trigger.AvailableNow``, absent from 4.1."""
+
 
 #: The offset before the initial snapshot.
 BEFORE_SNAPSHOT = -1
@@ -151,8 +158,12 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
         self.o = options
         self.available_now: int | None = None
-        # What Spark expects of read()'s batches, exactly (list item names, nullability).
-        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        # What Spark expects of read()'s batches, exactly (list item names, nullability);
+        # timestamps in UTC (PySpark 4.1's default, an argument from 4.2 on).
+        try:
+            self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        except TypeError:
+            self.arrow_schema = to_arrow_schema(schema)
 
     # -- driver side -----------------------------------------------------------------
 
