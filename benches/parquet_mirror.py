@@ -1,5 +1,7 @@
-"""A mirror: Parquet copies of the published tables that Spark reads, kept equal to the
-source by applying ``stream()`` batches in commit order.
+"""The baseline the Delta sink is measured against: a Parquet "mirror" that keeps each
+table whole and rewrites a touched table in full per batch (``v<N>/part-0.parquet``), with
+one JSON state file. It was the project's Spark end before the Delta Lake sink
+(``pgwire_cdc.delta``); benches/spark.py runs both in the same process.
 
 Layout of a mirror directory::
 
@@ -53,17 +55,19 @@ from urllib.parse import quote
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from . import _native
-from .errors import MirrorError
-from .tables import METADATA_COLUMNS, mark_unchanged, table_of
+from pgwire_cdc import _native
+from pgwire_cdc.errors import Error
+from pgwire_cdc.tables import METADATA_COLUMNS, mark_unchanged, table_of
 
 if TYPE_CHECKING:
+    from pgwire_cdc.streaming import Batch
     from pyspark.sql import DataFrame, SparkSession
 
-    from .streaming import Batch
-
 log = logging.getLogger("pgwire_cdc")
+
+
+class MirrorError(Error):
+    """The mirror cannot apply a change table."""
 
 STATE_FILE = "_pgwire_cdc_mirror.json"
 STATE_FORMAT = 1
@@ -263,7 +267,7 @@ class Mirror:
         """The current version of ``name`` as a Spark DataFrame, read from Parquet by Spark;
         a table with ``time`` columns (which Spark reads only with its TIME type turned on)
         through Arrow, typed as ``to_spark`` types it."""
-        from .spark import _has_time, to_spark
+        from pgwire_cdc.spark import _has_time, to_spark
 
         table = self.table(name)
         if any(_has_time(f.type) for f in table.schema):
@@ -458,7 +462,7 @@ def run(
     """Mirrors the publication's tables into ``path`` until the stream ends (give
     ``until_lsn`` or ``idle_timeout`` for a run that ends by itself). Each batch is applied
     and committed before it is acked; ``on_batch`` is called after each one."""
-    from .streaming import stream
+    from pgwire_cdc.streaming import stream
 
     mirror = Mirror(path, on_step=on_step)
     _check_slot_matches(dsn, slot, mirror)
@@ -492,8 +496,7 @@ def _check_slot_matches(dsn: str, slot: str, mirror: Mirror) -> None:
     """An existing slot with an empty mirror would stream changes on top of nothing: the
     rows from before the slot was made would be missing."""
     import psycopg
-
-    from . import admin
+    from pgwire_cdc import admin
 
     if mirror.lsn is not None:
         return
