@@ -11,9 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pgwire_cdc
 import pytest
 from conftest import Database
 from pgwire_cdc import delta
+from pgwire_cdc.errors import ConfigError, DeltaError
 from stream_workload import SCHEMA, TABLES, Workload, norm, source_rows
 from test_stream import current_lsn
 
@@ -41,15 +43,137 @@ def run(db: Database, path: Path, **options: Any) -> delta.ApplyStats:
     return delta.run(db.dsn, path, publication="pub", slot="s1", **options)
 
 
-def test_delta_rs_tables_equal_source(db: Database, workload: Workload, tmp_path: Path) -> None:
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "text"])
+def test_delta_rs_tables_equal_source(
+    db: Database, workload: Workload, tmp_path: Path, binary: bool, spark: Any
+) -> None:
     workload.run(60)
-    first = run(db, tmp_path)
-    assert first.inserted > 0
+    first = run(db, tmp_path, binary=binary)
+    assert first.inserted > 0 and first.updated == 0
     assert_tables_equal_source(db, tmp_path)
-    workload.run(150)
-    later = run(db, tmp_path)
-    assert later.updated > 0 and later.deleted > 0
+    workload.run(200)
+    later = run(db, tmp_path, binary=binary)
+    assert later.updated and later.deleted and later.truncated
+    assert later.skipped == 0
     assert_tables_equal_source(db, tmp_path)
+    # Every table records the commit LSN it is complete up to.
+    for name in TABLES:
+        pos = delta.position(delta.table_path(tmp_path, name))
+        assert pos is not None and pos.lsn is not None
+    # Spark reads what delta-rs wrote, equal to the source.
+    for name in TABLES:
+        table = spark.read.format("delta").load(delta.table_path(tmp_path, name)).toArrow()
+        got = sorted((tuple(norm(v) for v in r.values()) for r in table.to_pylist()), key=repr)
+        assert got == source_rows(db.conn, name), name
+
+
+def test_toast_fill_needs_no_replica_identity_full(
+    db: Database, workload: Workload, tmp_path: Path
+) -> None:
+    """Rows whose toasted column was never sent again keep the table's value."""
+    workload.run(30)
+    run(db, tmp_path)
+    db.conn.execute("UPDATE items SET qty = coalesce(qty, 0) + 1")
+    db.conn.execute("UPDATE items SET id = id + 1000000 WHERE id % 3 = 0")
+    stats = run(db, tmp_path)
+    assert stats.updated > 0
+    assert_tables_equal_source(db, tmp_path)
+    big = dict(db.conn.execute("SELECT id, big FROM items").fetchall())
+    table = delta.read_table(delta.table_path(tmp_path, "public.items"))
+    assert dict(zip(table["id"].to_pylist(), table["big"].to_pylist(), strict=True)) == big
+
+
+def test_a_batch_delivered_again_changes_nothing(
+    db: Database, workload: Workload, tmp_path: Path
+) -> None:
+    """Batches applied but never acked (a crash before the ack), among them the parts of
+    transactions that a small max_batch_rows cut in two, come again: every row at or
+    below a table's recorded position is skipped."""
+    workload.run(30)
+    run(db, tmp_path)
+    # Transactions of 400 changes each, cut every 37 rows.
+    for i in range(3):
+        with db.conn.transaction():
+            db.conn.execute(
+                f"INSERT INTO items (id, name, big) SELECT g, 'bulk', repeat('x', 3000)"
+                f" FROM generate_series({10_000 + i * 1000}, {10_199 + i * 1000}) g"
+            )
+            db.conn.execute(f"UPDATE items SET qty = {i} WHERE id >= {10_000 + i * 1000}")
+            db.conn.execute(
+                "INSERT INTO notes (body, n) SELECT 'bag', 1 FROM generate_series(1, 50)"
+            )
+    until = current_lsn(db)
+    sink = delta.DeltaSink(tmp_path)
+    applied = 0
+    for batch in pgwire_cdc.stream(
+        db.dsn, publication="pub", slot="s1", until_lsn=until, max_batch_rows=37
+    ):
+        sink.apply(batch)  # never acked
+        applied += 1
+        if applied == 11:
+            break
+    again = run(db, tmp_path, until_lsn=until, max_batch_rows=37)
+    assert again.skipped > 0
+    assert_tables_equal_source(db, tmp_path)
+    # Nothing left over: every position is complete.
+    for name in ("public.items", "public.notes"):
+        pos = delta.position(delta.table_path(tmp_path, name))
+        assert pos is not None and pos.lsn is not None and pos.lsn <= until
+
+
+@pytest.mark.parametrize("writer", ["delta-rs", "spark"])
+def test_schema_changes_evolve_the_tables(
+    db: Database, tmp_path: Path, writer: str, request: pytest.FixtureRequest
+) -> None:
+    spark = request.getfixturevalue("spark") if writer == "spark" else None
+
+    def keep() -> delta.ApplyStats:
+        return run(db, tmp_path, writer=writer, spark=spark)
+
+    db.conn.execute("CREATE TABLE t (id int PRIMARY KEY, a int, b text, big text)")
+    db.conn.execute("ALTER TABLE t ALTER COLUMN big SET STORAGE EXTERNAL")
+    db.conn.execute("CREATE PUBLICATION pub FOR TABLE t")
+    db.conn.execute(
+        "INSERT INTO t SELECT g, g, 'b' || g, repeat('z', 3000) FROM generate_series(1, 20) g"
+    )
+    keep()
+    path = delta.table_path(tmp_path, "public.t")
+    db.conn.execute("ALTER TABLE t ADD COLUMN c numeric(10,2) DEFAULT 1.5")
+    db.conn.execute("UPDATE t SET c = 2.5, a = a + 1 WHERE id <= 5")
+    db.conn.execute("INSERT INTO t VALUES (100, 1, 'new', 'small', 3.5)")
+    keep()
+    rows = {r["id"]: r for r in delta.read_table(path).to_pylist()}
+    # The rows the table held before ADD COLUMN have it null (the default is not sent).
+    assert str(rows[1]["c"]) == "2.50" and rows[10]["c"] is None and str(rows[100]["c"]) == "3.50"
+    assert rows[1]["big"] == "z" * 3000
+    db.conn.execute("ALTER TABLE t ALTER COLUMN a TYPE bigint")
+    db.conn.execute("ALTER TABLE t DROP COLUMN b")
+    db.conn.execute("UPDATE t SET a = 10000000000 WHERE id = 2")
+    db.conn.execute("INSERT INTO t (id, a) VALUES (101, 7)")
+    keep()
+    table = delta.read_table(path)
+    assert table.schema.field("a").type == "int64"
+    rows = {r["id"]: r for r in table.to_pylist()}
+    assert rows[2]["a"] == 10_000_000_000 and rows[3]["a"] == 4 and rows[7]["a"] == 7
+    # A dropped column stays: updated rows keep their value, new rows have it null.
+    assert rows[2]["b"] == "b2" and rows[101]["b"] is None
+    assert rows[2]["big"] == "z" * 3000
+
+
+def test_an_existing_slot_without_tables_is_refused(
+    db: Database, workload: Workload, tmp_path: Path
+) -> None:
+    workload.run(5)
+    run(db, tmp_path / "a")
+    with pytest.raises(DeltaError, match="exists but there is no Delta table"):
+        run(db, tmp_path / "b")
+
+
+def test_the_spark_writer_needs_a_session(db: Database, workload: Workload, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="needs a SparkSession"):
+        run(db, tmp_path, writer="spark")
+    with pytest.raises(ConfigError, match="unknown Delta writer"):
+        run(db, tmp_path, writer="parquet")
 
 
 def test_spark_writer_tables_equal_source(

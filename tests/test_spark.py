@@ -2,16 +2,16 @@
 
 - ``batch.to_spark``: every Arrow type of the contract's type mapping and every metadata
   column arrives in Spark with the right Spark type, and comes back out of Spark equal;
-- the mirror (`pgwire_cdc.mirror`): the seeded workload of the stream tests (toasted
-  columns left unchanged, key changes, truncates, a keyless FULL table) mirrored into
-  Parquet tables and read with Spark equals the source; killed between two tables' writes
-  and between commit and ack, restarted, still equal.
+- ``time`` columns reach Spark (and Delta tables) as strings, readable without Spark's
+  TIME type;
+- ``session()``'s Python workers find the package.
+
+Delta Lake tables kept by MERGE are tested in ``test_delta.py``.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,10 +21,9 @@ import pgwire_cdc
 import pyarrow as pa
 import pytest
 from conftest import Database
-from pgwire_cdc import mirror as mirror_mod
-from pgwire_cdc.errors import MirrorError
+from pgwire_cdc import delta
 from pgwire_cdc.spark import spark_schema
-from stream_workload import SCHEMA, TABLES, Workload, norm, source_rows
+from stream_workload import norm
 from test_stream import current_lsn
 
 TYPES_TABLE = """
@@ -115,7 +114,7 @@ def test_to_spark_keeps_every_type_and_value(db: Database, spark: Any, binary: b
 
 
 def test_time_columns_need_no_spark_setting(db: Database, spark: Any, tmp_path: Path) -> None:
-    """Parquet written from to_spark output, and a mirror table with a time column, read
+    """Parquet written from to_spark output, and a Delta table with a time column, read
     on a session with Spark's TIME type off (its default)."""
     spark.conf.set("spark.sql.timeType.enabled", "false")
     db.conn.execute("CREATE TABLE clock (id int PRIMARY KEY, t time, ts time[])")
@@ -135,13 +134,13 @@ def test_time_columns_need_no_spark_setting(db: Database, spark: Any, tmp_path: 
         (2, "23:59:59.999999", None),
         (3, None, []),
     ]
-    m = mirror_mod.Mirror(tmp_path / "mirror")
+    sink = delta.DeltaSink(tmp_path / "lake")
     for batch in batches:
-        m.apply(batch)
-    rows = m.dataframe(spark, "public.clock").orderBy("id").collect()
+        sink.apply(batch)
+    clock = spark.read.format("delta").load(sink.table_path("public.clock"))
+    rows = clock.orderBy("id").collect()
     assert [r["t"] for r in rows] == ["13:45:00.000000", "23:59:59.999999", None]
-    m.register(spark)
-    assert spark.sql("SELECT max(t) FROM public__clock").collect()[0][0] == "23:59:59.999999"
+    assert clock.selectExpr("max(t)").collect()[0][0] == "23:59:59.999999"
 
 
 def test_session_workers_import_pgwire_cdc_without_an_active_venv(tmp_path: Path) -> None:
@@ -163,128 +162,3 @@ def test_session_workers_import_pgwire_cdc_without_an_active_venv(tmp_path: Path
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "['pgwire_cdc']" in proc.stdout
-
-
-# -- the mirror --------------------------------------------------------------------
-
-
-def mirror_rows(spark: Any, mirror: mirror_mod.Mirror, name: str) -> list[tuple[Any, ...]]:
-    """The mirror table as Spark reads it, in the comparable form of the stream tests."""
-    table = mirror.dataframe(spark, name).toArrow()
-    return sorted((tuple(norm(v) for v in row.values()) for row in table.to_pylist()), key=repr)
-
-
-def assert_mirror_equals_source(db: Database, spark: Any, path: Path) -> mirror_mod.Mirror:
-    m = mirror_mod.Mirror(path)
-    for name in TABLES:
-        assert mirror_rows(spark, m, name) == source_rows(db.conn, name), name
-    return m
-
-
-@pytest.fixture
-def workload(db: Database) -> Workload:
-    db.conn.execute(SCHEMA)
-    db.conn.execute("CREATE PUBLICATION pub FOR TABLE items, codes, notes")
-    return Workload(db.conn, seed=db.cluster.version % 997)
-
-
-def run_mirror(db: Database, path: Path, **options: Any) -> mirror_mod.ApplyStats:
-    options.setdefault("until_lsn", current_lsn(db))
-    options.setdefault("max_batch_rows", 50)
-    return mirror_mod.run(db.dsn, path, publication="pub", slot="s1", **options)
-
-
-@pytest.mark.parametrize("binary", [True, False], ids=["binary", "text"])
-def test_mirror_equals_source(
-    db: Database, spark: Any, workload: Workload, tmp_path: Path, binary: bool
-) -> None:
-    workload.run(60)
-    first = run_mirror(db, tmp_path, binary=binary)
-    assert first.inserted > 0 and first.updated == 0
-    assert_mirror_equals_source(db, spark, tmp_path)
-
-    workload.run(200)
-    later = run_mirror(db, tmp_path, binary=binary)
-    assert later.updated and later.deleted and later.truncated
-    assert later.missing_rows == 0 and later.unknown_values == 0
-    m = assert_mirror_equals_source(db, spark, tmp_path)
-    assert m.lsn is not None and m.watermark is not None
-    # The views Spark SQL sees are the same tables.
-    views = m.register(spark)
-    (count,) = spark.sql(f"SELECT count(*) FROM {views['public.items']}").collect()[0]
-    assert count == len(source_rows(db.conn, "public.items"))
-
-
-def test_toast_fill_needs_no_replica_identity_full(
-    db: Database, spark: Any, workload: Workload, tmp_path: Path
-) -> None:
-    """Rows whose toasted column was never re-sent are complete in the mirror."""
-    workload.run(30)
-    run_mirror(db, tmp_path)
-    db.conn.execute("UPDATE items SET qty = coalesce(qty, 0) + 1")
-    stats = run_mirror(db, tmp_path)
-    assert stats.updated > 0
-    assert_mirror_equals_source(db, spark, tmp_path)
-    big = dict(db.conn.execute("SELECT id, big FROM items").fetchall())
-    mirrored = mirror_mod.Mirror(tmp_path).table("public.items")
-    assert dict(zip(mirrored["id"].to_pylist(), mirrored["big"].to_pylist(), strict=True)) == big
-
-
-WORKER = Path(__file__).with_name("mirror_worker.py")
-
-
-def run_worker(db: Database, path: Path, until: int, crash_at: str = "", nth: int = 0) -> int:
-    """The mirror in its own process, killed with SIGKILL at the ``nth`` ``crash_at``."""
-    env = {**os.environ, "PYTHONPATH": str(WORKER.parent)}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(WORKER),
-            db.dsn,
-            str(path),
-            str(until),
-            "--crash-at",
-            crash_at,
-            "--nth",
-            str(nth),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if proc.returncode not in (0, -signal.SIGKILL):
-        raise AssertionError(proc.stderr)
-    return proc.returncode
-
-
-@pytest.mark.parametrize(
-    ("crash_at", "nth"),
-    [("table-written", 1), ("table-written", 4), ("committed", 2), ("committed", 5)],
-    ids=["between-tables-1", "between-tables-4", "before-ack-2", "before-ack-5"],
-)
-def test_mirror_survives_kills(
-    db: Database, spark: Any, workload: Workload, tmp_path: Path, crash_at: str, nth: int
-) -> None:
-    workload.run(40)
-    run_mirror(db, tmp_path)
-    workload.run(150, max_ops=12)
-    until = current_lsn(db)
-    killed = 0
-    for _ in range(20):
-        code = run_worker(db, tmp_path, until, crash_at, nth)
-        if code == 0:
-            break
-        killed += 1
-    assert killed >= 1, "the worker was never killed: the crash point was not reached"
-    assert run_worker(db, tmp_path, until) == 0
-    assert_mirror_equals_source(db, spark, tmp_path)
-
-
-def test_existing_slot_with_an_empty_mirror_is_refused(
-    db: Database, workload: Workload, tmp_path: Path
-) -> None:
-    workload.run(5)
-    run_mirror(db, tmp_path / "a")
-    with pytest.raises(MirrorError, match="exists but the mirror"):
-        run_mirror(db, tmp_path / "b")

@@ -16,7 +16,7 @@ import pgwire_cdc
 import psycopg
 import pytest
 from conftest import Database
-from pgwire_cdc import mirror as mirror_mod
+from pgwire_cdc import delta
 from pgwire_cdc.errors import ConfigError, SlotError
 
 pytestmark = pytest.mark.server
@@ -27,7 +27,7 @@ def source(db: Database, table: str) -> dict[int, str]:
 
 
 def mirrored(path: Path, table: str) -> dict[int, str]:
-    t = mirror_mod.Mirror(path).table(f"public.{table}")
+    t = delta.read_table(delta.table_path(path, f"public.{table}"))
     return dict(zip(t["id"].to_pylist(), t["v"].to_pylist(), strict=True))
 
 
@@ -83,13 +83,13 @@ def test_a_table_added_by_a_later_run(db: Database, tmp_path: Path) -> None:
     setup(db)
     path = tmp_path / "m"
     common: dict[str, Any] = {"publication": "lp", "slot": "lp_slot", "idle_timeout": 1}
-    mirror_mod.run(db.dsn, path, tables=["public.lp_a"], **common)
+    delta.run(db.dsn, path, tables=["public.lp_a"], **common)
     workload = Workload(db.dsn, ["lp_a", "lp_b"], db.cluster.version % 97)
     workload.start()
     # The run ends once idle: the workload stops after a while.
     threading.Timer(4.0, workload.stop.set).start()
     try:
-        stats = mirror_mod.run(
+        stats = delta.run(
             db.dsn, path, tables=["public.lp_a", "public.lp_b"], chunk_rows=150, **common
         )
         assert stats.changes > 0
@@ -98,20 +98,20 @@ def test_a_table_added_by_a_later_run(db: Database, tmp_path: Path) -> None:
         workload.join()
     assert workload.error is None, workload.error
     db.conn.execute("UPDATE lp_b SET v = 'b2' WHERE id <= 10")
-    mirror_mod.run(db.dsn, path, **common)
+    delta.run(db.dsn, path, **common)
     assert mirrored(path, "lp_b") == source(db, "lp_b")
     assert mirrored(path, "lp_a") == source(db, "lp_a")
-    assert mirror_mod.Mirror(path).held_tables() == {"public.lp_a": None, "public.lp_b": None}
+    assert delta.DeltaSink(path).held_tables() == {"public.lp_a": None, "public.lp_b": None}
 
 
 def test_alter_publication_add_table_while_streaming(db: Database, tmp_path: Path) -> None:
     setup(db)
     db.conn.execute("CREATE PUBLICATION lp FOR TABLE lp_a")
     path = tmp_path / "m"
-    mirror_mod.run(db.dsn, path, publication="lp", slot="lp_slot", idle_timeout=1)
+    delta.run(db.dsn, path, publication="lp", slot="lp_slot", idle_timeout=1)
     workload = Workload(db.dsn, ["lp_a", "lp_b"], 7)
     workload.start()
-    m = mirror_mod.Mirror(path)
+    m = delta.DeltaSink(path)
     batches = pgwire_cdc.stream(
         db.dsn, publication="lp", slot="lp_slot", held_tables=m.held_tables(), chunk_rows=100,
         max_batch_ms=100,
@@ -137,7 +137,7 @@ def test_alter_publication_add_table_while_streaming(db: Database, tmp_path: Pat
         batches.close()
     assert workload.error is None, workload.error
     assert len(progress) > 3  # chunk by chunk
-    mirror_mod.run(db.dsn, path, publication="lp", slot="lp_slot", idle_timeout=1)
+    delta.run(db.dsn, path, publication="lp", slot="lp_slot", idle_timeout=1)
     assert mirrored(path, "lp_b") == source(db, "lp_b")
     assert mirrored(path, "lp_a") == source(db, "lp_a")
 
@@ -146,9 +146,9 @@ def test_a_stopped_snapshot_resumes_from_its_last_chunk(db: Database, tmp_path: 
     setup(db)
     path = tmp_path / "m"
     common: dict[str, Any] = {"publication": "lp", "slot": "lp_slot"}
-    mirror_mod.run(db.dsn, path, tables=["public.lp_a"], idle_timeout=1, **common)
+    delta.run(db.dsn, path, tables=["public.lp_a"], idle_timeout=1, **common)
     db.conn.execute("ALTER PUBLICATION lp ADD TABLE lp_b")
-    m = mirror_mod.Mirror(path)
+    m = delta.DeltaSink(path)
     batches = pgwire_cdc.stream(db.dsn, held_tables=m.held_tables(), chunk_rows=100, **common)
     for batch in batches:
         m.apply(batch)
@@ -156,10 +156,10 @@ def test_a_stopped_snapshot_resumes_from_its_last_chunk(db: Database, tmp_path: 
         if batch.snapshot_progress.get("public.lp_b"):
             break  # the consumer stops in the middle of lp_b's snapshot
     batches.close()
-    resumed_after = mirror_mod.Mirror(path).held_tables()["public.lp_b"]
+    resumed_after = delta.DeltaSink(path).held_tables()["public.lp_b"]
     assert resumed_after == [200] or resumed_after == [100]
     db.conn.execute("UPDATE lp_b SET v = 'late' WHERE id IN (5, 500, 999)")
-    stats = mirror_mod.run(db.dsn, path, idle_timeout=1, chunk_rows=100, **common)
+    stats = delta.run(db.dsn, path, idle_timeout=1, chunk_rows=100, **common)
     assert stats.changes >= 1000 - resumed_after[0]
     assert mirrored(path, "lp_b") == source(db, "lp_b")
 
@@ -167,12 +167,12 @@ def test_a_stopped_snapshot_resumes_from_its_last_chunk(db: Database, tmp_path: 
 def test_resnapshot_reads_a_table_again(db: Database, tmp_path: Path) -> None:
     setup(db)
     path = tmp_path / "m"
-    mirror_mod.run(
+    delta.run(
         db.dsn, path, publication="lp", slot="lp_slot", tables=["public.lp_b"], idle_timeout=1
     )
     with pytest.raises(SlotError, match="no stream running"):
         pgwire_cdc.resnapshot(db.dsn, "lp_slot", ["public.lp_b"])
-    m = mirror_mod.Mirror(path)
+    m = delta.DeltaSink(path)
     reads = 0
     asked: list[list[str]] = []
 
@@ -283,8 +283,8 @@ def test_an_empty_table_of_the_initial_snapshot_is_held(db: Database, tmp_path: 
     )
     path = tmp_path / "m"
     common: dict[str, Any] = {"publication": "p", "slot": "s", "idle_timeout": 0.5}
-    mirror_mod.run(db.dsn, path, tables=["public.k", "public.bag"], **common)
-    assert mirror_mod.Mirror(path).held_tables() == {"public.k": None, "public.bag": None}
+    delta.run(db.dsn, path, tables=["public.k", "public.bag"], **common)
+    assert delta.DeltaSink(path).held_tables() == {"public.k": None, "public.bag": None}
     db.conn.execute("INSERT INTO bag VALUES ('x')")
-    mirror_mod.run(db.dsn, path, **common)
-    assert mirror_mod.Mirror(path).table("public.bag")["v"].to_pylist() == ["x"]
+    delta.run(db.dsn, path, **common)
+    assert delta.read_table(delta.table_path(path, "public.bag"))["v"].to_pylist() == ["x"]

@@ -5,7 +5,7 @@ mid-stream (the scenario of PostgreSQL's own ``031_column_list`` subscription te
 ADD / DROP COLUMN between changes — delivered in one batch (segments merged) or across
 batches (a batch without the column at all). PostgreSQL's own subscriber keeps the value
 of a column a change did not carry; so must the change tables (the column named in
-``_unchanged``) and the project's mirror. PostgreSQL 15 and 18.
+``_unchanged``) and the Delta tables the sink keeps. PostgreSQL 15 and 18.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import pgwire_cdc
 import pyarrow as pa
 import pytest
 from conftest import Database
-from pgwire_cdc import lsn_to_int
-from pgwire_cdc.mirror import Mirror
+from pgwire_cdc import delta, lsn_to_int
+from pgwire_cdc.delta import DeltaSink
 
 
-def _consume(db: Database, mirror: Mirror, **options: Any) -> list[pa.Table]:
+def _consume(db: Database, mirror: DeltaSink, **options: Any) -> list[pa.Table]:
     """stream() to the current end of WAL, every batch applied to `mirror`, then acked;
     the change tables of table ``t`` of every batch."""
     row = db.conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
@@ -47,8 +47,9 @@ def _changes(tables: list[pa.Table]) -> list[tuple[str, dict[str, Any], list[str
     return out
 
 
-def _mirror_rows(mirror: Mirror) -> list[dict[str, Any]]:
-    return sorted(mirror.table("public.t").to_pylist(), key=lambda r: r["a"])
+def _mirror_rows(mirror: DeltaSink) -> list[dict[str, Any]]:
+    table = delta.read_table(mirror.table_path("public.t"))
+    return sorted(table.to_pylist(), key=lambda r: r["a"])
 
 
 @pytest.mark.parametrize("one_batch", [True, False], ids=["one-batch", "batch-per-change"])
@@ -59,7 +60,7 @@ def test_column_list_changed_mid_stream(
     conn = db.conn
     conn.execute("CREATE TABLE t (a int PRIMARY KEY, b int, c int)")
     conn.execute("CREATE PUBLICATION pub FOR TABLE t (a, b)")
-    mirror = Mirror(tmp_path / "m")
+    mirror = DeltaSink(tmp_path / "m")
     batch_rows = 10_000 if one_batch else 1
     _consume(db, mirror, binary=binary)  # the (empty) snapshot
     conn.execute("INSERT INTO t VALUES (1, 1, 1)")
@@ -95,7 +96,7 @@ def test_add_and_drop_column_between_changes(db: Database, tmp_path: Path, one_b
     conn = db.conn
     conn.execute("CREATE TABLE t (a int PRIMARY KEY, b int)")
     conn.execute("CREATE PUBLICATION pub FOR TABLE t")
-    mirror = Mirror(tmp_path / "m")
+    mirror = DeltaSink(tmp_path / "m")
     _consume(db, mirror)
     conn.execute("INSERT INTO t VALUES (1, 1)")
     conn.execute("ALTER TABLE t ADD COLUMN c int")
@@ -130,7 +131,7 @@ def test_full_identity_without_key_takes_the_changes_shape(db: Database, tmp_pat
     conn.execute("CREATE TABLE t (a int, b int, c int)")
     conn.execute("ALTER TABLE t REPLICA IDENTITY FULL")
     conn.execute("CREATE PUBLICATION pub FOR TABLE t")
-    mirror = Mirror(tmp_path / "m")
+    mirror = DeltaSink(tmp_path / "m")
     _consume(db, mirror)
     conn.execute("INSERT INTO t VALUES (1, 1, 1), (2, 2, 2)")
     conn.execute("ALTER TABLE t DROP COLUMN b")

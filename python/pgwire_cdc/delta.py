@@ -71,7 +71,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -519,9 +519,12 @@ class DeltaSink:
     def table_path(self, name: str) -> str:
         return table_path(self.path, name)
 
-    def held_tables(self, names: Iterable[str]) -> dict[str, Any]:
-        """``stream(held_tables=...)`` for the tables ``names``: those with a Delta table,
-        None when complete, or the key their incremental snapshot reached."""
+    def held_tables(self, names: Iterable[str] | None = None) -> dict[str, Any]:
+        """``stream(held_tables=...)`` for the tables ``names`` (default: every table in a
+        local ``path``): those with a Delta table, None when complete, or the key their
+        incremental snapshot reached."""
+        if names is None:
+            names = self.local_tables()
         held: dict[str, Any] = {}
         for name in names:
             pos = position(self.table_path(name))
@@ -529,6 +532,16 @@ class DeltaSink:
                 continue
             held[name] = None if pos.progress is _NO_PROGRESS else pos.progress
         return held
+
+    def local_tables(self) -> list[str]:
+        """The source tables with a Delta table in a local ``path``."""
+        if not os.path.isdir(self.path):
+            return []
+        return sorted(
+            unquote(entry.name)
+            for entry in os.scandir(self.path)
+            if os.path.isdir(os.path.join(entry.path, "_delta_log"))
+        )
 
     # -- applying ------------------------------------------------------------------
 
@@ -832,8 +845,8 @@ def run(
     from .streaming import stream
 
     sink = DeltaSink(path, writer, spark, on_step=on_step)
-    names = _published(dsn, publication, tables)
-    held = sink.held_tables(names)
+    names = set(_published(dsn, publication, tables)) | set(sink.local_tables())
+    held = sink.held_tables(sorted(names))
     _check_slot_matches(dsn, slot, sink, held)
     stream_options.setdefault("held_tables", held)
     total = ApplyStats()
@@ -868,13 +881,12 @@ def _published(dsn: str, publication: str, tables: Iterable[str] | None) -> list
         return [t if "." in t else f"public.{t}" for t in tables]
     import psycopg
 
-    from . import catalog
+    from . import admin, catalog
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        try:
-            return [t.qualified for t in catalog.published_tables(conn, publication)]
-        except Exception:
-            return []
+        if not admin.publication_exists(conn, publication):
+            return []  # stream() creates it for `tables`, or says what is missing
+        return [t.qualified for t in catalog.published_tables(conn, publication)]
 
 
 def _create_missing(dsn: str, publication: str, sink: DeltaSink) -> None:
