@@ -1,6 +1,6 @@
 """The ``pgwire-cdc`` command line: every command's ``--help``, ``check`` findings on
 a real server (each problem with its fix), ``slots`` / ``drop-slot``, ``stream`` into
-Parquet and into a mirror, and ``demo`` end to end against a throwaway PostgreSQL 18."""
+Parquet and into Delta tables, and ``demo`` end to end against a throwaway PostgreSQL 18."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from conftest import Database
-from pgwire_cdc import cli
-from pgwire_cdc import mirror as mirror_mod
+from pgwire_cdc import cli, delta
 from test_stream import current_lsn
 
 COMMANDS = ["demo", "stream", "slots", "drop-slot", "check", "bench", "resnapshot"]
@@ -114,7 +113,7 @@ def test_stream_slots_and_drop_slot(db: Database, tmp_path: Path) -> None:
     db.conn.execute("UPDATE t SET v = 'new' WHERE id <= 10")
     db.conn.execute("DELETE FROM t WHERE id > 90")
     proc = run_cli(
-        "stream", *base, "--slot", "cli2", "--mirror", str(tmp_path / "m"),
+        "stream", *base, "--slot", "cli2", "--delta", str(tmp_path / "d"),
         "--until-lsn", pgwire_lsn(db), "--spill-dir", str(tmp_path), "--spill-threshold-mb", "0",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -123,9 +122,9 @@ def test_stream_slots_and_drop_slot(db: Database, tmp_path: Path) -> None:
         "--no-streaming", "--spill-dir", str(tmp_path / "missing"),
     )  # fmt: skip
     assert bad.returncode == cli.EXIT_ERROR and "spill_dir" in bad.stderr, bad.stderr
-    mirrored = mirror_mod.Mirror(tmp_path / "m").table("public.t")
-    assert mirrored.num_rows == 90
-    assert sorted(mirrored["v"].to_pylist()).count("new") == 10
+    table = delta.read_table(delta.table_path(tmp_path / "d", "public.t"))
+    assert table.num_rows == 90
+    assert sorted(table["v"].to_pylist()).count("new") == 10
 
     proc = run_cli("slots", "--dsn", db.dsn, "--json")
     slots = {s["slot"]: s for s in json.loads(proc.stdout)}
@@ -148,13 +147,19 @@ def pgwire_lsn(db: Database) -> str:
 @pytest.mark.server
 def test_demo_end_to_end() -> None:
     """`pgwire-cdc demo` exactly as a newcomer runs it: no DSN (its own PostgreSQL 18)."""
-    env = {"PGWIRE_CDC_DSN": ""}
+    # The Delta jars `make jars` fetched, as the Makefile exports them (Spark reads the
+    # Delta tables at the end).
+    jars = Path(__file__).resolve().parent.parent / ".cache" / "jars" / "delta"
+    env = {
+        "PGWIRE_CDC_DSN": "",
+        "PGWIRE_CDC_DELTA_JARS": os.environ.get("PGWIRE_CDC_DELTA_JARS", str(jars)),
+    }
     proc = run_cli(
         "demo", "--seconds", "4", "--seed-rows", "5000", "--rate", "1000", "--json", env=env
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = json.loads(proc.stdout)  # --json: stdout holds the summary only
-    assert summary["mirror_equals_source"] is True
+    assert summary["tables_equal_source"] is True
     assert summary["snapshot_rows"] >= 5000
     assert summary["changes_applied"] > 0
     assert set(summary["tables"]) == {"customers", "orders", "events"}

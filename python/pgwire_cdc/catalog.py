@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
+import pyarrow as pa
 from psycopg import sql
 from psycopg.rows import tuple_row
 
@@ -384,3 +385,30 @@ def current_role(conn: psycopg.Connection[Any]) -> str:
     """The session's role, quoted."""
     row = conn.execute("SELECT current_user").fetchone()
     return sql.Identifier(row[0] if row else "").as_string(conn)
+
+
+def change_table_schema(conn: Connection, publication: str, table: str) -> pa.Schema:
+    """The Arrow schema of ``table``'s change table (as the stream and snapshot build it)."""
+    from . import _native
+    from .tables import table_of
+
+    infos = {t.qualified: t for t in published_tables(conn, publication)}
+    info = infos.get(table)
+    if info is None:
+        raise ConfigError(
+            f"table {table!r} is not in publication {publication!r} (it has: "
+            f"{', '.join(sorted(infos)) or 'no tables'}); add it with ALTER PUBLICATION "
+            f"{publication} ADD TABLE {table}"
+        )
+    columns = [
+        (c.name, c.type_oid, c.base_type_oid, c.type_modifier, c.base_type_modifier, c.is_key)
+        for c in info.columns
+    ]
+    decoder = _native.CopyDecoder(
+        info.oid, info.schema, info.name, info.replica_identity, columns, 0
+    )
+    # An empty COPY BINARY stream (signature, flags, header extension, trailer): the
+    # decoder's empty change table has the schema.
+    decoder.feed(b"PGCOPY\n\xff\r\n\x00" + bytes(8) + b"\xff\xff")
+    schema: pa.Schema = table_of(decoder.finish()).schema
+    return schema

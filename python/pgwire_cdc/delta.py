@@ -68,7 +68,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
@@ -682,9 +682,7 @@ class DeltaSink:
         stats.commits += 1
         self._on_step("committed")
 
-    def _fit(
-        self, name: str, path: str, table: Any, changes: pa.Table, *, keyed: bool
-    ) -> pa.Table:
+    def _fit(self, name: str, path: str, table: Any, changes: pa.Table, *, keyed: bool) -> pa.Table:
         """Evolves the Delta table to the change table's columns and the change table to
         the Delta table's (see *Schema changes*)."""
         from deltalake import Schema
@@ -802,6 +800,7 @@ def apply(
 def merge_changes(
     changes: DataFrame | pa.Table,
     path: str | os.PathLike[str],
+    keys: Sequence[str] | None = None,
     writer: str = "spark",
     spark: SparkSession | None = None,
 ) -> ApplyStats:
@@ -809,12 +808,25 @@ def merge_changes(
     ``format("pgwire_cdc")`` streaming source yields, complete transactions — into the
     Delta table ``path`` (that table's own path, see :func:`table_path`). Made for
     ``foreachBatch``: a micro-batch run again after a failure is skipped row by row
-    against the table's recorded position, so it is idempotent."""
+    against the table's recorded position, so it is idempotent.
+
+    ``keys``: the table's replica-identity key columns (an empty list for a table without
+    one, kept as a multiset). A Spark DataFrame does not carry them; a change table from
+    ``stream()`` does, and then they may be left out."""
     if isinstance(changes, pa.Table):
         table = changes
     else:
         spark = spark or changes.sparkSession
         table = changes.toArrow()
+    if keys is not None:
+        table = _with_keys(table, list(keys))
+    elif key_columns(table) is None and (table.schema.metadata or {}).get(
+        b"pg_replica_identity"
+    ) is None:
+        raise ConfigError(
+            "merge_changes() needs keys=[...]: the table's replica-identity key columns "
+            "(keys=[] for a REPLICA IDENTITY FULL table without a key)"
+        )
     stats = ApplyStats(batches=1)
     if table.num_rows == 0:
         return stats
@@ -824,6 +836,22 @@ def merge_changes(
     lsn = int(pc.max(table["_commit_lsn"]).as_py()) + 1
     sink._changes(os.path.basename(target), table, lsn, _NO_PROGRESS, stats, path=target)
     return stats
+
+
+def _with_keys(table: pa.Table, keys: list[str]) -> pa.Table:
+    """``table`` with its key columns marked as the change tables mark them."""
+    missing = [k for k in keys if k not in table.column_names]
+    if missing:
+        raise ConfigError(f"key column(s) {missing} are not among the changes' columns")
+    fields = [
+        f.with_metadata({**(f.metadata or {}), b"pg_replica_identity": b"true"})
+        if f.name in keys
+        else f
+        for f in table.schema
+    ]
+    identity = b"d" if keys else b"f"
+    metadata = {**(table.schema.metadata or {}), b"pg_replica_identity": identity}
+    return table.replace_schema_metadata(None).cast(pa.schema(fields, metadata=metadata))
 
 
 def run(
@@ -879,11 +907,10 @@ def run(
 def _published(dsn: str, publication: str, tables: Iterable[str] | None) -> list[str]:
     if tables is not None:
         return [t if "." in t else f"public.{t}" for t in tables]
-    import psycopg
-
     from . import admin, catalog
+    from .streaming import _connect
 
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with _connect(dsn) as conn:
         if not admin.publication_exists(conn, publication):
             return []  # stream() creates it for `tables`, or says what is missing
         return [t.qualified for t in catalog.published_tables(conn, publication)]
@@ -891,11 +918,10 @@ def _published(dsn: str, publication: str, tables: Iterable[str] | None) -> list
 
 def _create_missing(dsn: str, publication: str, sink: DeltaSink) -> None:
     """Creates the Delta tables of source tables that had no rows to copy."""
-    import psycopg
+    from .catalog import change_table_schema
+    from .streaming import _connect
 
-    from .spark_source import change_table_schema
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with _connect(dsn) as conn:
         for name in sink.missing:
             path = sink.table_path(name)
             if _open(path) is not None:
@@ -909,13 +935,12 @@ def _create_missing(dsn: str, publication: str, sink: DeltaSink) -> None:
 def _check_slot_matches(dsn: str, slot: str, sink: DeltaSink, held: dict[str, Any]) -> None:
     """An existing slot with no Delta table would stream changes on top of nothing: the
     rows from before the slot was made would be missing."""
-    import psycopg
-
     from . import admin
+    from .streaming import _connect
 
     if held:
         return
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with _connect(dsn) as conn:
         if admin.get_slot(conn, slot) is not None:
             raise DeltaError(
                 f"the replication slot {slot!r} exists but there is no Delta table under "

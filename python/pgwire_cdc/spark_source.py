@@ -50,11 +50,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from . import _native, admin, catalog, session
+from . import admin, session
+from .catalog import change_table_schema
 from .errors import ConfigError, SlotError
 from .lsn import int_to_lsn, lsn_to_int
 from .spark import spark_schema
-from .tables import METADATA_COLUMNS, table_of
+from .tables import METADATA_COLUMNS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -104,29 +105,6 @@ class _Options:
         )
 
 
-def change_table_schema(conn: psycopg.Connection[Any], publication: str, table: str) -> pa.Schema:
-    """The Arrow schema of ``table``'s change table (as the stream and snapshot build it)."""
-    infos = {t.qualified: t for t in catalog.published_tables(conn, publication)}
-    info = infos.get(table)
-    if info is None:
-        raise ConfigError(
-            f"table {table!r} is not in publication {publication!r} (it has: "
-            f"{', '.join(sorted(infos)) or 'no tables'}); add it with ALTER PUBLICATION "
-            f"{publication} ADD TABLE {table}"
-        )
-    columns = [
-        (c.name, c.type_oid, c.base_type_oid, c.type_modifier, c.base_type_modifier, c.is_key)
-        for c in info.columns
-    ]
-    decoder = _native.CopyDecoder(
-        info.oid, info.schema, info.name, info.replica_identity, columns, 0
-    )
-    # An empty COPY BINARY stream (signature, flags, header extension, trailer): the
-    # decoder's empty change table has the schema.
-    decoder.feed(b"PGCOPY\n\xff\r\n\x00" + bytes(8) + b"\xff\xff")
-    return table_of(decoder.finish()).schema
-
-
 class PgwireCdcDataSource(DataSource):
     """``format("pgwire_cdc")``: options ``dsn``, ``publication``, ``slot``, ``table``;
     optional ``binary``, ``snapshot``, ``snapshot_dir``, ``max_batch_rows``."""
@@ -152,16 +130,19 @@ class _Range(InputPartition):
         self.file = file
 
 
-class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     def __init__(self, options: _Options, schema: Any) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         self.o = options
         self.available_now: int | None = None
+        # The last offset latestOffset() returned (PySpark 4.1 does not pass the start).
+        self._latest: int | None = None
         # What Spark expects of read()'s batches, exactly (list item names, nullability);
         # timestamps in UTC (PySpark 4.1's default, an argument from 4.2 on).
+        utc: dict[str, Any] = {"timezone": "UTC"}
         try:
-            self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+            self.arrow_schema = to_arrow_schema(schema, **utc)
         except TypeError:
             self.arrow_schema = to_arrow_schema(schema)
 
@@ -183,6 +164,15 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return {"lsn": slot.confirmed_flush_lsn or 0}
         return {"lsn": BEFORE_SNAPSHOT if self.o.snapshot else self._create_slot()}
 
+    def _start_without_offset(self) -> int:
+        with self._connect() as conn:
+            slot = admin.get_slot(conn, self.o.slot)
+        if slot is None:
+            return BEFORE_SNAPSHOT if self.o.snapshot else self._create_slot()
+        # The slot exists once the snapshot is staged, and the snapshot batch was planned
+        # then (the offset log holds it, for Spark to replay).
+        return max(slot.confirmed_flush_lsn or 0, self._latest or 0)
+
     def _create_slot(self) -> int:
         with self._connect() as conn:
             conn.execute(
@@ -201,15 +191,22 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def prepareForTriggerAvailableNow(self) -> None:
         self.available_now = self._current_lsn()
 
-    def latestOffset(self, start: dict[str, int], limit: Any = None) -> dict[str, int]:
-        begin = int(start["lsn"])
+    def latestOffset(
+        self, start: dict[str, int] | None = None, limit: Any = None
+    ) -> dict[str, int]:
+        # PySpark 4.2+ passes the batch's start; 4.1 calls latestOffset() alone: then the
+        # snapshot batch is due while the slot does not exist yet (or its staged files
+        # wait), and offsets never go below the slot's confirmed position.
+        begin = int(start["lsn"]) if start is not None else self._start_without_offset()
         if begin == BEFORE_SNAPSHOT:
             point = self._staged_point()
             if point is None:
                 point = self._stage_snapshot()
+            self._latest = point
             return {"lsn": point}
         end = self._current_lsn() if self.available_now is None else self.available_now
-        return {"lsn": max(begin, end)}
+        self._latest = max(begin, end)
+        return {"lsn": self._latest}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         begin, stop = int(start["lsn"]), int(end["lsn"])
