@@ -135,7 +135,12 @@ pub fn reduce_changes(
                     if take(&mut index, &mut finals, old_key).is_none() {
                         stats.missing_rows += 1;
                     }
-                    place(&mut index, &mut finals, old_key, Final::Deleted { key: old_src });
+                    place(
+                        &mut index,
+                        &mut finals,
+                        old_key,
+                        Final::Deleted { key: old_src },
+                    );
                 }
                 Kind::Upsert => {
                     stats.inserted += 1;
@@ -154,7 +159,12 @@ pub fn reduce_changes(
                     let prior = take(&mut index, &mut finals, old_key);
                     let moved = old_key != new_k.row(i);
                     if moved {
-                        place(&mut index, &mut finals, old_key, Final::Deleted { key: old_src });
+                        place(
+                            &mut index,
+                            &mut finals,
+                            old_key,
+                            Final::Deleted { key: old_src },
+                        );
                     }
                     let mut patches = Vec::new();
                     let mut unknown = Vec::new();
@@ -224,10 +234,11 @@ pub fn reduce_changes(
         out.push(nulls);
         Ok(out)
     };
-    let pick_all = |arrays: &[ArrayRef], picks: &[(usize, usize)]| -> Result<ArrayRef, ApplyError> {
-        let refs: Vec<&dyn Array> = arrays.iter().map(AsRef::as_ref).collect();
-        Ok(interleave(&refs, picks)?)
-    };
+    let pick_all =
+        |arrays: &[ArrayRef], picks: &[(usize, usize)]| -> Result<ArrayRef, ApplyError> {
+            let refs: Vec<&dyn Array> = arrays.iter().map(AsRef::as_ref).collect();
+            Ok(interleave(&refs, picks)?)
+        };
     let at = |s: Src| (s.0 as usize, s.1 as usize);
 
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(width + 3);

@@ -11,7 +11,7 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
 
-use super::{apply_changes, ApplyStats, KeyMode};
+use super::{apply_changes, reduce_changes, ApplyStats, KeyMode};
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -239,4 +239,116 @@ fn a_change_table_of_another_shape_is_an_error() {
     let unknown = changes(&[Change("update", (Some(1), None), None, &["nope"])]);
     let err = apply_changes(&schema(), &[], &[unknown], &pk()).unwrap_err();
     assert!(err.to_string().contains("nope"), "{err}");
+}
+
+// -- reduce_changes: one final change per key ---------------------------------------
+
+/// One reduced row: id, doc, _delete, _unchanged, _from id.
+type Reduced = (Option<i32>, Option<String>, bool, Vec<String>, Option<i32>);
+
+fn reduce(change: &[Change]) -> (Vec<Reduced>, bool) {
+    let out = reduce_changes(&schema(), &[changes(change)], &[0]).unwrap();
+    let b = &out.batch;
+    let ids = b.column(0).as_primitive::<Int32Type>();
+    let docs = b.column(1).as_string::<i32>();
+    let deletes = b.column(2).as_boolean();
+    let unchanged = b.column(3).as_list::<i32>();
+    let from = b.column(4).as_struct();
+    let from_ids = from.column(0).as_primitive::<Int32Type>();
+    let mut rows: Vec<Reduced> = (0..b.num_rows())
+        .map(|i| {
+            let names = unchanged.value(i);
+            let names = names.as_string::<i32>();
+            (
+                ids.is_valid(i).then(|| ids.value(i)),
+                docs.is_valid(i).then(|| docs.value(i).to_owned()),
+                deletes.value(i),
+                names.iter().flatten().map(str::to_owned).collect(),
+                from.is_valid(i).then(|| from_ids.value(i)),
+            )
+        })
+        .collect();
+    rows.sort();
+    (rows, out.truncated)
+}
+
+fn row(id: i32, doc: Option<&str>, delete: bool, unchanged: &[&str], from: Option<i32>) -> Reduced {
+    (
+        Some(id),
+        doc.map(str::to_owned),
+        delete,
+        unchanged.iter().map(|s| (*s).to_owned()).collect(),
+        from,
+    )
+}
+
+#[test]
+fn reduce_keeps_the_last_change_of_each_key() {
+    let (rows, truncated) = reduce(&[
+        Change("insert", (Some(1), Some("a")), None, &[]),
+        Change("update", (Some(1), Some("b")), None, &[]),
+        Change("insert", (Some(2), Some("x")), None, &[]),
+        Change("delete", (Some(2), None), Some((Some(2), None)), &[]),
+        Change("delete", (Some(3), None), Some((Some(3), None)), &[]),
+        Change("insert", (Some(3), Some("again")), None, &[]),
+    ]);
+    assert!(!truncated);
+    assert_eq!(
+        rows,
+        vec![
+            row(1, Some("b"), false, &[], None),
+            row(2, None, true, &[], None),
+            row(3, Some("again"), false, &[], None),
+        ]
+    );
+}
+
+#[test]
+fn reduce_fills_unchanged_toast_from_an_earlier_change_of_the_batch() {
+    let (rows, _) = reduce(&[
+        Change("update", (Some(1), Some("known")), None, &[]),
+        Change("update", (Some(1), None), None, &["doc"]),
+        // Never supplied in the batch: the MERGE keeps the table's value.
+        Change("update", (Some(2), None), None, &["doc"]),
+    ]);
+    assert_eq!(
+        rows,
+        vec![
+            row(1, Some("known"), false, &[], None),
+            row(2, None, false, &["doc"], None),
+        ]
+    );
+}
+
+#[test]
+fn reduce_turns_a_key_change_into_a_delete_and_an_upsert() {
+    let (rows, _) = reduce(&[
+        // 1 -> 5 with doc unchanged: the value is in the table under key 1.
+        Change("update", (Some(5), None), Some((Some(1), None)), &["doc"]),
+        // 5 -> 6, still unchanged: the table row is still the one under key 1.
+        Change("update", (Some(6), None), Some((Some(5), None)), &["doc"]),
+        // 2 -> 3 with doc known.
+        Change("update", (Some(3), Some("c")), Some((Some(2), None)), &[]),
+    ]);
+    assert_eq!(
+        rows,
+        vec![
+            row(1, None, true, &[], None),
+            row(2, None, true, &[], None),
+            row(3, Some("c"), false, &[], None),
+            row(5, None, true, &[], None),
+            row(6, None, false, &["doc"], Some(1)),
+        ]
+    );
+}
+
+#[test]
+fn reduce_after_a_truncate_keeps_only_later_changes() {
+    let (rows, truncated) = reduce(&[
+        Change("insert", (Some(1), Some("gone")), None, &[]),
+        Change("truncate", (None, None), None, &[]),
+        Change("insert", (Some(2), Some("new")), None, &[]),
+    ]);
+    assert!(truncated);
+    assert_eq!(rows, vec![row(2, Some("new"), false, &[], None)]);
 }
