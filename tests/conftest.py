@@ -14,6 +14,7 @@ runs only the offline suites.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +27,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pgwire_cdc.server import SERVERS, PgCluster
+
+# The Delta Lake jars `make jars` fetches (the Makefile exports the same path), for every
+# Spark session of the tests and the programs they start.
+os.environ.setdefault(
+    "PGWIRE_CDC_DELTA_JARS", str(Path(__file__).resolve().parent.parent / ".cache/jars/delta")
+)
 
 
 @dataclass
@@ -101,9 +108,6 @@ def spark() -> Iterator[Any]:
 
     from pgwire_cdc.spark import session
 
-    # The Delta Lake jars `make jars` fetched (the Makefile exports the same path).
-    jars = Path(__file__).resolve().parent.parent / ".cache" / "jars" / "delta"
-    os.environ.setdefault("PGWIRE_CDC_DELTA_JARS", str(jars))
     # Python workers run this interpreter (the venv with pgwire_cdc installed).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
