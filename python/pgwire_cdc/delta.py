@@ -121,8 +121,16 @@ class ApplyStats:
 
 def table_path(path: str | os.PathLike[str], name: str) -> str:
     """The Delta table of the source table ``name`` ("schema.table") under ``path`` (a
-    directory or an object-store URI)."""
-    return f"{os.fspath(path).rstrip('/')}/{quote(name, safe='._-')}"
+    directory, made absolute, or an object-store URI)."""
+    return f"{_base(path)}/{quote(name, safe='._-')}"
+
+
+def _base(path: str | os.PathLike[str]) -> str:
+    # Spark takes `delta.`<path>`` for a table only when the path is absolute.
+    base = os.fspath(path)
+    if "://" not in base:
+        base = os.path.abspath(base)
+    return base.rstrip("/") or "/"
 
 
 def key_columns(table: pa.Table | pa.Schema) -> list[str] | None:
@@ -506,7 +514,7 @@ class DeltaSink:
         spark: SparkSession | None = None,
         on_step: Callable[[str], None] | None = None,
     ) -> None:
-        self.path = os.fspath(path)
+        self.path = _base(path)
         self.writer = writer_for(writer, spark)
         self._on_step = on_step or (lambda _step: None)
         # Tables the initial snapshot in progress has written (their first part replaced
@@ -830,8 +838,8 @@ def merge_changes(
     stats = ApplyStats(batches=1)
     if table.num_rows == 0:
         return stats
-    target = os.fspath(path)
-    sink = DeltaSink(os.path.dirname(target) or ".", writer, spark)
+    target = _base(path)
+    sink = DeltaSink(os.path.dirname(target), writer, spark)
     # Complete transactions: the batch's LSN lies past every commit in it.
     lsn = int(pc.max(table["_commit_lsn"]).as_py()) + 1
     sink._changes(os.path.basename(target), table, lsn, _NO_PROGRESS, stats, path=target)
