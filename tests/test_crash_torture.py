@@ -1,12 +1,23 @@
 """Crash torture: a seeded workload of more than 200,000 changes over three tables
 (toasted values left unchanged, primary-key and unique-key changes, truncates, a keyless
-FULL table, transactions of up to 80,000 rows that span many batches) is mirrored by a
-consumer process that is killed with SIGKILL at 20 random moments and restarted each
-time. The final mirror must equal the source: nothing lost, nothing applied twice.
+FULL table, transactions of up to 60,000 rows that span many batches) is kept in Delta
+tables (`pgwire_cdc.delta`, the delta-rs writer) by a consumer process
+(``delta_worker.py``) that is killed with SIGKILL 20 times and restarted each time: at
+random moments, and at chosen steps (right after a Delta commit that another table's
+commit of the same batch follows, after all of a batch's commits but before the slot is
+acked, after any commit). The final Delta tables must equal the source: nothing lost,
+nothing applied twice.
 
-Reports (in the test's output and its JSON line) how many restarts it survived and how
-many changes were delivered more than once (at-least-once delivery: rows the mirror's
-watermark recognised as already applied and skipped).
+Reports (in the test's output and its JSON line) how many restarts it survived, at which
+kinds of kill points, and how many changes were delivered again and skipped (at-least-once
+delivery: rows at or below a table's recorded position in its Delta log).
+
+The workload is smaller than the Parquet mirror's torture was (benches/parquet_mirror.py),
+to keep the run near a minute: bulk transactions of 60,000 rows instead of 80,000, and
+every 40th bulk row changes its primary key instead of every 10th. delta-rs rewrites the
+data files a MERGE touches (copy-on-write), and a row that moves to a new key with its
+toasted column unchanged is first read back from the table under its old key
+(``delta._fill_moved``), which costs most per row.
 """
 
 from __future__ import annotations
@@ -17,24 +28,28 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Database, fresh_database
-from pgwire_cdc import mirror as mirror_mod
+from pgwire_cdc import delta
 from stream_workload import SCHEMA, TABLES, Workload, norm, source_rows
 from test_stream import current_lsn
 
-WORKER = Path(__file__).with_name("mirror_worker.py")
+WORKER = Path(__file__).with_name("delta_worker.py")
 KILLS = 20
+#: The kill points, in turn: a SIGKILL after a random time, or the worker killing itself
+#: at the n-th time it reaches a step (see delta_worker.py).
+KINDS = ("timed", "between-tables", "before-ack", "timed", "committed")
 
 
 def bulk(r: int) -> list[str]:
     """Round ``r`` of the bulk workload (ids and codes of their own per round)."""
-    lo, hi = 100_000 + r * 100_000, 179_999 + r * 100_000
+    lo, hi = 100_000 + r * 100_000, 159_999 + r * 100_000
     return [
-        # 80,000 inserts in one transaction (a tenth with an out-of-line toasted value).
+        # 60,000 inserts in one transaction (a tenth with an out-of-line toasted value).
         "INSERT INTO items (id, name, qty, price, flag, big) SELECT g, 'n' || g, g % 10,"
         " g / 7.0, g % 2 = 0, CASE WHEN g % 10 = 0 THEN repeat(md5(g::text), 100) END"
         f" FROM generate_series({lo}, {hi}) g",
@@ -42,10 +57,10 @@ def bulk(r: int) -> list[str]:
         " FROM generate_series(1, 10000) g",
         "INSERT INTO notes (body, n, at) SELECT 'note ' || (g % 500), g % 4, now()"
         " FROM generate_series(1, 20000) g",
-        # 80,000 updates leaving the toasted column alone: unchanged TOAST.
+        # 60,000 updates leaving the toasted column alone: unchanged TOAST.
         f"UPDATE items SET qty = coalesce(qty, 0) + 1 WHERE id BETWEEN {lo} AND {hi}",
         # Primary-key changes (old key in the old image).
-        f"UPDATE items SET id = id + 50000000 WHERE id BETWEEN {lo} AND {hi} AND id % 10 = 0",
+        f"UPDATE items SET id = id + 50000000 WHERE id BETWEEN {lo} AND {hi} AND id % 40 = 0",
         "UPDATE codes SET code = code || '-x' WHERE val % 5 = 0",
         "UPDATE notes SET n = n + 10 WHERE n = 1",
         f"DELETE FROM items WHERE id BETWEEN {lo} AND {hi} AND id % 7 = 0",
@@ -57,46 +72,52 @@ def bulk(r: int) -> list[str]:
     ]
 
 
-def run_worker(db: Database, path: Path, until: int, log: Path, kill_after: float | None) -> int:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(WORKER),
-            db.dsn,
-            str(path),
-            str(until),
-            "--log",
-            str(log),
-            "--max-batch-rows",
-            "5000",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def run_worker(
+    db: Database,
+    path: Path,
+    until: int,
+    log: Path,
+    kill_after: float | None = None,
+    crash_at: str = "",
+    nth: int = 0,
+) -> int:
+    """The worker's return code: 0 (caught up with ``until``) or -SIGKILL (killed after
+    ``kill_after`` seconds, or by itself at the ``nth`` ``crash_at``)."""
+    command = [sys.executable, str(WORKER), db.dsn, str(path), str(until), "--log", str(log)]
+    command += ["--max-batch-rows", "5000"]
+    if crash_at:
+        command += ["--crash-at", crash_at, "--nth", str(nth)]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        _, err = proc.communicate(timeout=kill_after)
+        _, err = proc.communicate(timeout=kill_after or 600)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGKILL)
         proc.communicate()
+        assert kill_after, "the worker did not finish in 600 s"
         return -signal.SIGKILL
-    if proc.returncode != 0:
+    if proc.returncode not in (0, -signal.SIGKILL):
         raise AssertionError(err)
-    return 0
+    return proc.returncode
+
+
+def delta_rows(path: Path, name: str) -> list[tuple[Any, ...]]:
+    table = delta.read_table(delta.table_path(path, name))
+    return sorted((tuple(norm(v) for v in row.values()) for row in table.to_pylist()), key=repr)
 
 
 @pytest.mark.server
-def test_mirror_survives_twenty_sigkills(pg15_cluster: Any, tmp_path: Path) -> None:
+def test_delta_tables_survive_twenty_sigkills(pg15_cluster: Any, tmp_path: Path) -> None:
     rng = random.Random(20261122)
     with fresh_database(pg15_cluster) as db:
         db.conn.execute(SCHEMA)
         db.conn.execute("CREATE PUBLICATION pub FOR TABLE items, codes, notes")
         workload = Workload(db.conn, seed=7)
         workload.run(200)  # rows for the initial snapshot
-        path, log = tmp_path / "mirror", tmp_path / "deliveries.jsonl"
+        path, log = tmp_path / "lake", tmp_path / "deliveries.jsonl"
         # The snapshot and the first changes, then the bulk of the workload.
-        run_worker(db, path, current_lsn(db), log, None)
-        changes = rounds = kills = runs = 0
+        assert run_worker(db, path, current_lsn(db), log) == 0
+        changes = rounds = runs = 0
+        kills: Counter[str] = Counter()
         started = time.monotonic()
 
         def write_round() -> int:
@@ -108,31 +129,36 @@ def test_mirror_survives_twenty_sigkills(pg15_cluster: Any, tmp_path: Path) -> N
             return current_lsn(db)
 
         until = write_round()
-        while kills < KILLS:
+        while kills.total() < KILLS:
+            kind = KINDS[kills.total() % len(KINDS)]
             runs += 1
-            if run_worker(db, path, until, log, rng.uniform(0.5, 2.5)) == 0:
+            if kind == "timed":
+                code = run_worker(db, path, until, log, kill_after=rng.uniform(0.5, 2.5))
+            else:
+                code = run_worker(db, path, until, log, crash_at=kind, nth=rng.randint(1, 6))
+            if code == 0:
                 # Caught up before the kill: more work, and kill again.
                 until = write_round()
             else:
-                kills += 1
+                kills[kind] += 1
         runs += 1
-        assert run_worker(db, path, until, log, None) == 0
+        assert run_worker(db, path, until, log) == 0
         assert changes >= 200_000, changes
-        m = mirror_mod.Mirror(path)
         for name in TABLES:
-            rows = sorted(
-                (tuple(norm(v) for v in r.values()) for r in m.table(name).to_pylist()), key=repr
-            )
-            assert rows == source_rows(db.conn, name), name
+            assert delta_rows(path, name) == source_rows(db.conn, name), name
         lines = [json.loads(line) for line in log.read_text().splitlines()]
         report = {
             "changes": changes,
             "workload_rounds": rounds,
-            "restarts_after_sigkill": kills,
+            "restarts_after_sigkill": kills.total(),
+            "kill_points": dict(kills),
             "runs": runs,
             "batches_applied": len(lines),
-            "changes_delivered_again": sum(line["skipped"] for line in lines),
+            "delta_commits": sum(line["commits"] for line in lines),
+            "changes_delivered_again_skipped": sum(line["skipped"] for line in lines),
             "seconds": round(time.monotonic() - started, 1),
         }
         print("crash torture:", json.dumps(report))
-        assert kills >= KILLS
+        assert kills.total() >= KILLS
+        # Restarts delivered applied changes again, and they were skipped.
+        assert report["changes_delivered_again_skipped"] > 0

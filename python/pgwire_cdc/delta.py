@@ -239,17 +239,22 @@ def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _sql_string(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+def _sql_string(value: str, spark: bool = False) -> str:
+    """A string literal: Spark SQL escapes with backslashes, DataFusion (delta-rs) doubles
+    the quote as standard SQL does."""
+    if spark:
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return "'" + value.replace("'", "''") + "'"
 
 
-def merge_clauses(columns: list[str], keys: list[str]) -> dict[str, Any]:
-    """The SQL of one MERGE (both writers speak it): the ON condition, the UPDATE
-    assignments and the INSERT values, by target column."""
+def merge_clauses(columns: list[str], keys: list[str], spark: bool = False) -> dict[str, Any]:
+    """The SQL of one MERGE (both writers speak it; ``spark``: Spark SQL's string
+    escapes): the ON condition, the UPDATE assignments and the INSERT values, by target
+    column."""
     on = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in keys)
     update = {
         _quote(c): (
-            f"CASE WHEN array_contains(s._unchanged, {_sql_string(c)}) "
+            f"CASE WHEN array_contains(s._unchanged, {_sql_string(c, spark)}) "
             f"THEN t.{_quote(c)} ELSE s.{_quote(c)} END"
         )
         for c in columns
@@ -384,13 +389,16 @@ class SparkWriter(_Writer):
         return self.spark.createDataFrame(table, schema=spark_schema(table.schema))
 
     def create(self, path: str, schema: pa.Schema) -> None:
-        (
+        writer = (
             self._frame(schema.empty_table())
             .write.format("delta")
             .mode("append")
             .option("delta.enableDeletionVectors", "true")
-            .save(path)
         )
+        if any(set(name) & set(" ,;{}()\n\t=") for name in schema.names):
+            # Delta Spark takes such column names only with column mapping.
+            writer = writer.option("delta.columnMapping.mode", "name")
+        writer.save(path)
 
     def add_columns(self, path: str, fields: list[pa.Field]) -> None:
         columns = ", ".join(
@@ -425,7 +433,7 @@ class SparkWriter(_Writer):
         self, path: str, source: pa.Table, keys: list[str], truncate: bool, commit: _Commit
     ) -> None:
         columns = _data(source)
-        clauses = merge_clauses(columns, keys)
+        clauses = merge_clauses(columns, keys, spark=True)
         self._view += 1
         view = f"pgwire_cdc_merge_source_{self._view}"
         self._frame(source).createOrReplaceTempView(view)
@@ -523,6 +531,12 @@ class DeltaSink:
         #: Tables an initial snapshot reported complete that have no Delta table yet
         #: (the source table was empty): :func:`run` creates them from the catalog.
         self.missing: list[str] = []
+        # Per table path: the recorded position (commit LSN of the last transaction
+        # applied in full), read from the table's log once, then kept as committed.
+        self._positions: dict[str, int | None] = {}
+        # Per table: the incremental-snapshot progress of a copy still in progress.
+        # Every commit of such a table records it (see position()).
+        self._progress: dict[str, Any] = {}
 
     def table_path(self, name: str) -> str:
         return table_path(self.path, name)
@@ -539,6 +553,8 @@ class DeltaSink:
             if pos is None:
                 continue
             held[name] = None if pos.progress is _NO_PROGRESS else pos.progress
+            if held[name] is not None:
+                self._progress[name] = held[name]
         return held
 
     def local_tables(self) -> list[str]:
@@ -560,6 +576,8 @@ class DeltaSink:
         if batch.snapshot_start:
             self._snapshot_written = set()
             self.missing = []
+            self._positions = {}
+            self._progress = {}
         groups: dict[str, list[tuple[int, pa.Table]]] = {}
         for key, changes in batch.tables.items():
             name, _, suffix = key.partition("@")
@@ -606,6 +624,7 @@ class DeltaSink:
                 commit = _Commit(APP_ID, lsn, None)
             self.writer.write(path, rows, "overwrite", commit)
             self._snapshot_written.add(name)
+            self._positions.pop(path, None)
         stats.commits += 1
         self._on_step("committed")
 
@@ -618,6 +637,7 @@ class DeltaSink:
             return
         rows = read_table(path, "false")
         self.writer.write(path, rows, "overwrite", None)
+        self._positions.pop(path, None)
 
     def _changes(
         self,
@@ -629,14 +649,23 @@ class DeltaSink:
         path: str | None = None,
     ) -> None:
         path = path or self.table_path(name)
-        pos = position(path)
-        current = pos.lsn if pos is not None else None
+        if progress is _NO_PROGRESS:
+            progress = self._progress.get(name, _NO_PROGRESS)
+        elif progress is None:
+            self._progress.pop(name, None)
+        else:
+            self._progress[name] = progress
+        table = None
+        if path not in self._positions:
+            table = _open(path)
+            self._positions[path] = table.transaction_version(APP_ID) if table else None
+        current = self._positions[path]
         partial = None
         if changes.num_rows:
             after = _after(changes, current, None)
             if after.num_rows:
                 first = int(after["_commit_lsn"][0].as_py())
-                table = _open(path)
+                table = table or _open(path)
                 ordinal = table.transaction_version(f"{APP_ID}@{first}") if table else None
                 if ordinal is not None:
                     partial = (first, ordinal)
@@ -644,7 +673,7 @@ class DeltaSink:
             stats.skipped += changes.num_rows - kept.num_rows
             changes = kept
         if changes.num_rows == 0:
-            if progress is not _NO_PROGRESS and pos is None:
+            if progress is not _NO_PROGRESS and _open(path) is None:
                 self.missing.append(name)
             return
         last = int(changes["_commit_lsn"][-1].as_py())
@@ -663,6 +692,8 @@ class DeltaSink:
             parts.append((tail, _Commit(f"{APP_ID}@{last}", ordinal, progress)))
         for part, commit_info in parts:
             self._commit(name, path, part, commit_info, stats)
+            if commit_info.app_id == APP_ID:
+                self._positions[path] = commit_info.version
 
     def _commit(
         self, name: str, path: str, changes: pa.Table, commit: _Commit, stats: ApplyStats
@@ -756,39 +787,61 @@ class DeltaSink:
 
 def _fill_moved(path: str, source: pa.Table, keys: list[str]) -> pa.Table:
     """Fills the unchanged columns of rows that moved to a new key in the batch from the
-    table row under their old key (``_from``)."""
+    table row under their old key (``_from``), with one filtered read and a join."""
     moved = source["_from"].is_valid()
     if not pc.any(moved).as_py():
         return source.drop_columns(["_from"])
     rows = source.filter(moved)
     old = pa.Table.from_struct_array(rows["_from"].combine_chunks())
-    conditions = []
-    for i in range(old.num_rows):
-        parts = [f"{_quote(k)} = {_literal(old[k][i].as_py())}" for k in keys]
-        conditions.append("(" + " AND ".join(parts) + ")")
-    table = read_table(path, " OR ".join(conditions))
-    found = {tuple(r[k] for k in keys): r for r in table.to_pylist()}
+    # Keys of integer and string types (nearly all) narrow the read; others read all.
+    simple = all(
+        pa.types.is_integer(old.schema.field(k).type)
+        or pa.types.is_string(old.schema.field(k).type)
+        for k in keys
+    )
+    where = None
+    if simple:
+        where = " AND ".join(
+            f"{_quote(k)} IN ({', '.join(_literal(v) for v in pc.unique(old[k]).to_pylist())})"
+            for k in keys
+        )
+    columns = _data(source)
+    found = read_table(path, where).select(columns)
+    # Join on the keys alone (Arrow joins carry no list payloads), then take the rows.
+    right = pa.table({f"__k{i}": found[k] for i, k in enumerate(keys)})
+    right = right.append_column("__at", pa.array(range(found.num_rows), pa.int64()))
+    left = pa.table({f"__k{i}": old[k] for i, k in enumerate(keys)})
+    left = left.append_column("__row", pa.array(range(rows.num_rows), pa.int64()))
+    names_k = [f"__k{i}" for i in range(len(keys))]
+    joined = left.join(right, names_k, join_type="left outer").sort_by("__row")
+    hit = joined["__at"].is_valid()
+    taken = found.take(joined["__at"])
+    unchanged = rows["_unchanged"]
+    names = pc.list_flatten(unchanged)
+    parents = pc.list_parent_indices(unchanged)
     filled = []
-    for row, key in zip(rows.to_pylist(), old.to_pylist(), strict=True):
-        prior = found.get(tuple(key[k] for k in keys))
-        if prior is not None:
-            for column in row["_unchanged"]:
-                row[column] = prior.get(column)
-            row["_unchanged"] = []
-        filled.append(row)
-    rest = source.filter(pc.invert(moved))
-    patched = pa.Table.from_pylist(filled, schema=source.schema)
-    return pa.concat_tables([rest, patched]).drop_columns(["_from"])
+    for c in columns:
+        marked = pc.is_in(
+            pa.array(range(rows.num_rows), pa.int64()),
+            value_set=parents.filter(pc.equal(names, c)).cast(pa.int64()),
+        )
+        target = taken[c].cast(rows.schema.field(c).type)
+        filled.append(pc.if_else(pc.and_(marked, hit), target, rows[c]))
+    filled.append(rows["_delete"])
+    none = pa.array([[]] * rows.num_rows, unchanged.type)
+    filled.append(pc.if_else(hit, none, unchanged.combine_chunks()))
+    out = [*columns, "_delete", "_unchanged"]
+    patched = pa.Table.from_arrays(filled, schema=pa.schema([rows.schema.field(c) for c in out]))
+    rest = source.filter(pc.invert(moved)).select(out)
+    return pa.concat_tables([rest, patched])
 
 
-def _literal(value: Any) -> str:
+def _literal(value: int | str | None) -> str:
     if value is None:
         return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int | float):
-        return repr(value)
-    return _sql_string(str(value))
+    if isinstance(value, int):
+        return str(value)
+    return _sql_string(value)
 
 
 # -- the public functions ------------------------------------------------------------
@@ -828,9 +881,10 @@ def merge_changes(
         table = changes.toArrow()
     if keys is not None:
         table = _with_keys(table, list(keys))
-    elif key_columns(table) is None and (table.schema.metadata or {}).get(
-        b"pg_replica_identity"
-    ) is None:
+    elif (
+        key_columns(table) is None
+        and (table.schema.metadata or {}).get(b"pg_replica_identity") is None
+    ):
         raise ConfigError(
             "merge_changes() needs keys=[...]: the table's replica-identity key columns "
             "(keys=[] for a REPLICA IDENTITY FULL table without a key)"
