@@ -82,7 +82,7 @@ def spark_type(arrow: pa.DataType) -> DataType:
 
 
 def spark_schema(schema: pa.Schema) -> StructType:
-    """The Spark schema of a change table (or mirror table); every column nullable."""
+    """The Spark schema of a change table (or of its data columns); every column nullable."""
     from pyspark.sql import types as T
 
     return T.StructType([T.StructField(f.name, spark_type(f.type), True) for f in schema])

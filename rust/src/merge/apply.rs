@@ -12,7 +12,7 @@ use arrow_select::interleave::interleave;
 /// How rows are matched.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyMode {
-    /// One row per value of these columns (indexes into the mirror's schema).
+    /// One row per value of these columns (indexes into the table's schema).
     Unique(Vec<usize>),
     /// Rows are matched on every column; equal rows may repeat.
     Multiset,
@@ -27,16 +27,16 @@ pub struct ApplyStats {
     pub deleted: u64,
     /// `truncate` rows.
     pub truncated: u64,
-    /// Updates and deletes whose old row the mirror did not hold (an update is then
+    /// Updates and deletes whose old row the table did not hold (an update is then
     /// applied as an insert).
     pub missing_rows: u64,
-    /// Unchanged-TOAST values neither the stream nor the mirror knew: left null.
+    /// Unchanged-TOAST values neither the stream nor the table knew: left null.
     pub unknown_values: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
-    #[error("the change table does not fit the mirror table: {0}")]
+    #[error("the change table does not fit the table: {0}")]
     Schema(String),
     #[error(transparent)]
     Arrow(#[from] ArrowError),
@@ -78,8 +78,8 @@ pub(super) struct ChangeColumns<'a> {
     pub(super) unchanged: Option<&'a arrow_array::ListArray>,
 }
 
-/// The mirror's rows after applying `changes` (in order) to `base`. `schema` is the
-/// mirror table's schema; every base batch has it, and every change batch has its columns
+/// The table's rows after applying `changes` (in order) to `base`. `schema` is the
+/// table's schema; every base batch has it, and every change batch has its columns
 /// by name (same types), followed by the metadata columns.
 pub fn apply_changes(
     schema: &SchemaRef,
@@ -105,7 +105,7 @@ pub fn apply_changes(
                 .any(|(a, f)| a.data_type() != f.data_type())
         {
             return Err(ApplyError::Schema(
-                "a mirror batch has another schema".into(),
+                "a table batch has another schema".into(),
             ));
         }
     }
@@ -300,7 +300,7 @@ pub(super) fn to_u32(n: usize) -> Result<u32, ApplyError> {
     u32::try_from(n).map_err(|_| ApplyError::Schema("more than 2^32 rows in one apply".into()))
 }
 
-/// The mirror's columns of one change batch, and its metadata columns, checked.
+/// The table's columns of one change batch, and its metadata columns, checked.
 pub(super) fn change_columns<'a>(
     schema: &SchemaRef,
     batch: &'a RecordBatch,
@@ -312,7 +312,7 @@ pub(super) fn change_columns<'a>(
         })?;
         if array.data_type() != field.data_type() {
             return Err(ApplyError::Schema(format!(
-                "column {:?} is {} in the change table but {} in the mirror",
+                "column {:?} is {} in the change table but {} in the table",
                 field.name(),
                 array.data_type(),
                 field.data_type()
@@ -388,7 +388,7 @@ fn change_kinds(array: &dyn Array) -> Result<Vec<Kind>, ApplyError> {
         .collect()
 }
 
-/// The mirror columns named in `_unchanged` of row `i`.
+/// The table columns named in `_unchanged` of row `i`.
 pub(super) fn unchanged_columns(
     schema: &SchemaRef,
     unchanged: Option<&arrow_array::ListArray>,

@@ -134,7 +134,7 @@ fn a_key_change_moves_the_row() {
 }
 
 #[test]
-fn unchanged_toast_keeps_the_mirror_value_through_several_updates() {
+fn unchanged_toast_keeps_the_table_value_through_several_updates() {
     let (out, stats) = run(
         pk(),
         &[(Some(1), Some("big"))],

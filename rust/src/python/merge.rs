@@ -15,7 +15,7 @@ use super::arrow::{import_batches, PyArrowStream};
 use super::errors::pgwire_error;
 use crate::merge::{apply_changes as apply, reduce_changes as reduce, ApplyError, KeyMode};
 
-/// `apply_changes(base, changes, key_columns) -> (ArrowStream, stats)`: the mirror table
+/// `apply_changes(base, changes, key_columns) -> (ArrowStream, stats)`: the table
 /// `base` after applying the change table `changes`. `key_columns` names the columns rows
 /// are matched on (one row per key); `None` matches whole rows as a multiset.
 #[pyfunction]
