@@ -204,6 +204,31 @@ def published_tables(conn: Connection, publication: str) -> list[TableInfo]:
         ),
         (publication,),
     )
+    return _describe(conn, tables, pub_columns)
+
+
+def table_info(conn: Connection, table: str) -> TableInfo:
+    """A table's description as a publication without column list or row filter would
+    publish it: every column (generated ones left out). ``table`` is "schema.table"."""
+    schema, _, name = table.rpartition(".")
+    tables = _rows(
+        conn,
+        "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind::text,"
+        " c.relreplident::text, NULL::text, NULL::text[]"
+        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
+        (schema or "public", name),
+    )
+    if not tables:
+        raise ConfigError(f"no table {table!r}: give it as schema.table")
+    return _describe(conn, tables, set())[0]
+
+
+def _describe(
+    conn: Connection, tables: list[tuple[Any, ...]], pub_columns: set[str]
+) -> list[TableInfo]:
+    """TableInfo of ``tables`` rows (oid, schema, name, relkind, replica identity, row
+    filter, published column names)."""
     if not tables:
         return []
     columns = _rows(

@@ -456,7 +456,11 @@ class SparkWriter(_Writer):
     def write(self, path: str, table: pa.Table, mode: str, commit: _Commit | None) -> None:
         if _open(path) is None:
             self.create(path, table.schema)
-        writer = self._frame(table).write.format("delta").mode(mode)
+        self.save(self._frame(table), path, mode, commit)
+
+    def save(self, frame: DataFrame, path: str, mode: str, commit: _Commit | None) -> None:
+        """Writes a DataFrame to the (existing) table at ``path`` in one commit."""
+        writer = frame.write.format("delta").mode(mode)
         if mode == "overwrite":
             writer = writer.option("overwriteSchema", "true")
         if commit is not None:
@@ -528,6 +532,8 @@ class DeltaSink:
         # Tables the initial snapshot in progress has written (their first part replaced
         # the table; later parts append).
         self._snapshot_written: set[str] = set()
+        # Tables whose initial snapshot Spark tasks wrote before the snapshot's batch.
+        self._prewritten: set[str] = set()
         #: Tables an initial snapshot reported complete that have no Delta table yet
         #: (the source table was empty): :func:`run` creates them from the catalog.
         self.missing: list[str] = []
@@ -574,7 +580,7 @@ class DeltaSink:
         returns."""
         stats = ApplyStats(batches=1)
         if batch.snapshot_start:
-            self._snapshot_written = set()
+            self._snapshot_written, self._prewritten = self._prewritten, set()
             self.missing = []
             self._positions = {}
             self._progress = {}
@@ -935,6 +941,9 @@ def run(
     from .streaming import stream
 
     sink = DeltaSink(path, writer, spark, on_step=on_step)
+    if isinstance(sink.writer, SparkWriter) and stream_options.get("snapshot", True):
+        # A new slot's initial snapshot is read by Spark tasks straight into the tables.
+        stream_options.setdefault("snapshot_reader", _spark_snapshot(sink, dsn, publication))
     names = set(_published(dsn, publication, tables)) | set(sink.local_tables())
     held = sink.held_tables(sorted(names))
     _check_slot_matches(dsn, slot, sink, held)
@@ -964,6 +973,54 @@ def run(
         time.monotonic() - started,
     )
     return total
+
+
+def _spark_snapshot(
+    sink: DeltaSink, dsn: str, publication: str
+) -> Callable[[str, int, list[str]], None]:
+    """``stream(snapshot_reader=...)`` for the Spark writer: each table read by Spark tasks
+    under the new slot's exported snapshot (``format("pgwire_cdc")``, CTID ranges) and
+    written to its Delta table, with the consistent point as the table's position. Rows
+    go from the tasks to Delta files, never through the driver."""
+    from . import spark_snapshot
+    from .streaming import _connect
+
+    writer = sink.writer
+    assert isinstance(writer, SparkWriter)
+
+    def read(snapshot: str, consistent_point: int, names: list[str]) -> None:
+        spark = writer.spark
+        partitions = max(1, int(spark.sparkContext.defaultParallelism))
+        for name in names:
+            path = sink.table_path(name)
+            current = position(path)
+            if current is not None and current.lsn is not None and current.lsn > consistent_point:
+                raise DeltaError(
+                    f"{name}: the Delta table at {path} holds changes up to a later LSN than "
+                    "this stream's initial snapshot (was it written from another server or "
+                    "slot?); remove it or point the sink elsewhere"
+                )
+            with _connect(dsn) as conn:
+                info = spark_snapshot.describe(conn, name, publication)
+            schema = _delta_shape(spark_snapshot.data_schema(info).empty_table()).schema
+            if _open(path) is None:
+                writer.create(path, schema)
+            frame = (
+                spark.read.format("pgwire_cdc")
+                .option("dsn", dsn)
+                .option("table", name)
+                .option("publication", publication)
+                .option("snapshot", snapshot)
+                .option("partitions", str(partitions))
+                .load()
+            )
+            newer = current is None or current.lsn is None or consistent_point > current.lsn
+            commit = _Commit(APP_ID, consistent_point, None) if newer else None
+            writer.save(frame, path, "overwrite", commit)
+            sink._prewritten.add(name)
+            log.info("%s: initial snapshot written by Spark", name)
+
+    return read
 
 
 def _published(dsn: str, publication: str, tables: Iterable[str] | None) -> list[str]:

@@ -172,6 +172,7 @@ def session(
     (``spark.pyspark.python``), so they import pgwire_cdc without an activated virtual
     environment; executors of a cluster need the package installed.
 
+    The ``pgwire_cdc`` data source is registered on it (:func:`register`).
     ``delta=True`` configures Delta Lake: the jars of ``$PGWIRE_CDC_DELTA_JARS`` when set
     (``make jars``), else ``spark.jars.packages`` resolves ``DELTA_SPARK_PACKAGE`` from
     Maven Central, plus Delta's SQL extension and catalog. Extra ``conf`` entries
@@ -208,4 +209,15 @@ def session(
         )
     for key, value in conf.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    register(spark)
+    return spark
+
+
+def register(spark: SparkSession) -> None:
+    """Registers the ``pgwire_cdc`` data source on ``spark``: ``spark.read`` (a table
+    read by Spark tasks under one snapshot, :mod:`pgwire_cdc.spark_snapshot`) and
+    ``spark.readStream`` (changes, :mod:`pgwire_cdc.spark_source`)."""
+    from .spark_source import register as register_source
+
+    register_source(spark)

@@ -50,7 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from . import admin, session
+from . import admin, session, spark_snapshot
 from .catalog import change_table_schema
 from .errors import ConfigError, SlotError
 from .lsn import int_to_lsn, lsn_to_int
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 try:
     from pyspark.sql.datasource import (
         DataSource,
+        DataSourceReader,
         DataSourceStreamReader,
         InputPartition,
     )
@@ -106,20 +107,74 @@ class _Options:
 
 
 class PgwireCdcDataSource(DataSource):
-    """``format("pgwire_cdc")``: options ``dsn``, ``publication``, ``slot``, ``table``;
-    optional ``binary``, ``snapshot``, ``snapshot_dir``, ``max_batch_rows``."""
+    """``format("pgwire_cdc")``.
+
+    Streaming (``spark.readStream``): options ``dsn``, ``publication``, ``slot``,
+    ``table``; optional ``binary``, ``snapshot``, ``snapshot_dir``, ``max_batch_rows``.
+    Rows are the table's change table.
+
+    Batch (``spark.read``, no ``slot`` option): ``dsn``, ``table``; optional
+    ``partitions`` (default 4), ``publication``, ``snapshot``, ``snapshot_ttl``,
+    ``keep_seconds``. Rows are the table's rows at one point in time
+    (:mod:`pgwire_cdc.spark_snapshot`)."""
 
     @classmethod
     def name(cls) -> str:
         return "pgwire_cdc"
 
     def schema(self) -> Any:
-        o = _Options(dict(self.options))
+        options = dict(self.options)
+        if "slot" not in options:
+            return spark_snapshot.schema_for(options)
+        o = _Options(options)
         with psycopg.connect(o.dsn, autocommit=True) as conn:
             return spark_schema(change_table_schema(conn, o.publication, o.table))
 
+    def reader(self, schema: Any) -> DataSourceReader:
+        return PgwireCdcBatchReader(dict(self.options))
+
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return PgwireCdcStreamReader(_Options(dict(self.options)), schema)
+
+
+class _Blocks(InputPartition):
+    """One CTID block range of a batch read."""
+
+    def __init__(self, snapshot: str, query: str) -> None:
+        super().__init__((snapshot, query))
+        self.snapshot = snapshot
+        self.query = query
+
+
+class PgwireCdcBatchReader(DataSourceReader):
+    """``spark.read.format("pgwire_cdc")``: see :mod:`pgwire_cdc.spark_snapshot`."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.dsn = spark_snapshot.need(options, "dsn")
+        table = spark_snapshot.need(options, "table")
+        partitions = int(options.get("partitions", "4"))
+        if partitions < 1:
+            raise ConfigError("the partitions option must be at least 1")
+        self.ttl = float(options.get("snapshot_ttl", "86400"))
+        self.keep = float(options.get("keep_seconds", "60"))
+        self.snapshot = options.get("snapshot")
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            self.info = spark_snapshot.describe(conn, table, options.get("publication"))
+            self.queries = spark_snapshot.partition_queries(conn, self.info, partitions)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        snapshot = self.snapshot
+        if not snapshot:
+            snapshot, _ = spark_snapshot.export_snapshot(
+                self.dsn, self.queries, self.ttl, self.keep
+            )
+        return [_Blocks(snapshot, q) for q in self.queries]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Blocks)
+        yield from spark_snapshot.read_partition(
+            self.dsn, partition.snapshot, self.info, partition.query
+        )
 
 
 class _Range(InputPartition):

@@ -339,6 +339,26 @@ class _Stream:
         self.acked_lsn = cp
         self.snapshot_committed = False
         assert self.conn is not None
+        reader = self.o.get("snapshot_reader")
+        if reader is not None:
+            names = [t.qualified for t in self.table_infos]
+            log.info(
+                "initial snapshot of %d table(s) at %s by the snapshot reader",
+                len(names),
+                int_to_lsn(cp),
+            )
+            reader(snapshot_name, cp, names)
+            seq = self._next_seq()
+            self.snapshot_last_seq = seq
+            yield Batch(
+                tables={},
+                lsn=cp,
+                snapshot=True,
+                snapshot_start=True,
+                snapshot_progress=self._snapshotted(),
+                _ack=self._acker(seq, cp, snapshot_batch=True),
+            )
+            return
         tasks = []
         workers = max(1, int(self.o["snapshot_workers"]))
         for t in self.table_infos:
@@ -794,6 +814,7 @@ def stream(
     spill_dir: str | os.PathLike[str] | None = None,
     held_tables: Collection[str] | Mapping[str, Sequence[Any] | None] | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    snapshot_reader: Callable[[str, int, list[str]], None] | None = None,
 ) -> Iterator[Batch]:
     """Streams a publication's changes (after an initial snapshot for a new slot) as
     :class:`Batch` objects; see the module documentation and CONTRACT section 2.
@@ -803,7 +824,12 @@ def stream(
     (created or added when missing) needs exactly one publication.
 
     ``snapshot_workers`` connections copy the snapshot at once (tables of at least
-    ``snapshot_split_blocks`` 8 KiB blocks are split into that many CTID ranges);
+    ``snapshot_split_blocks`` 8 KiB blocks are split into that many CTID ranges).
+    ``snapshot_reader(snapshot_name, consistent_point, tables)`` copies the initial
+    snapshot elsewhere instead (Spark tasks, :mod:`pgwire_cdc.spark_snapshot`): it is
+    called while the new slot's exported snapshot is held, must have made the rows of
+    every table durable when it returns, and the snapshot then comes as one batch without
+    rows (``snapshot_start``, every table complete) whose ack creates the slot;
     ``proto_version`` defaults to the highest the server supports (a higher one than the
     server speaks is a ``ConfigError``).
 
@@ -912,5 +938,6 @@ def stream(
         spill_dir=spill_dir,
         held_tables=held_tables,
         chunk_rows=chunk_rows,
+        snapshot_reader=snapshot_reader,
     )
     return state.run()

@@ -1,0 +1,265 @@
+"""A table read by Spark tasks: CTID block ranges under one exported snapshot.
+
+::
+
+    df = (spark.read.format("pgwire_cdc")
+          .option("dsn", dsn).option("table", "public.orders")
+          .option("partitions", 8)
+          .load())
+
+The result is the table at one point in time: its columns (with a ``publication`` option:
+the columns that publication publishes, and only the rows its row filter passes), typed as
+:func:`pgwire_cdc.spark.spark_type` types them (``time`` as ``HH:MM:SS.ffffff`` strings).
+
+How: planning exports one snapshot (``pg_export_snapshot()`` in a ``REPEATABLE READ``
+transaction) and splits the table's heap into ``partitions`` block ranges —
+``ctid < '(b1,0)'``, ``ctid >= '(b1,0)' AND ctid < '(b2,0)'``, ..., ``ctid >= '(bn,0)'``:
+no range overlaps and the last is open-ended, so rows in blocks added meanwhile are read
+too. Each Spark task opens its own connection, imports the snapshot (``SET TRANSACTION
+SNAPSHOT``) and runs ``COPY (SELECT ... WHERE <range>) TO STDOUT (FORMAT BINARY)``; the
+Rust COPY decoder turns the bytes into Arrow record batches handed to Spark. No row passes
+through the driver, nor through per-row Python. Since every task reads under the same
+snapshot, a row that a concurrent UPDATE moves to another block is seen exactly once, in
+the block the snapshot sees it in.
+
+A snapshot lives only as long as the transaction that exported it. Spark plans in a
+short-lived Python process, so planning starts a small *keeper* process that holds the
+exporting transaction open until every partition has been read (then ``keep_seconds``
+longer, default 60, so retried or repeated reads of the same DataFrame find it), the Spark
+driver exits, or ``snapshot_ttl`` seconds pass (default 86400), whichever comes first. A
+task that finds the snapshot gone raises an error saying to load the DataFrame again.
+Holding a snapshot holds back VACUUM on the server (as any long transaction does), which is
+why the keeper lets go as soon as it can. The ``snapshot`` option reads under a snapshot the
+caller exported and keeps alive instead (``delta.run`` uses the one its new replication slot
+exports, so the Delta tables and the stream meet exactly at the slot's consistent point).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+
+from . import _native, catalog
+from .catalog import TableInfo
+from .errors import ConfigError, Error
+from .spark import for_spark, spark_schema
+from .tables import METADATA_COLUMNS, table_of
+
+#: The channel tasks notify when they have read their partition.
+DONE_CHANNEL = "pgwire_cdc_snapshot_read"
+
+
+class SnapshotGoneError(Error):
+    """The snapshot a DataFrame was planned with has ended."""
+
+
+def describe(conn: psycopg.Connection[Any], table: str, publication: str | None) -> TableInfo:
+    """The table as read: with a publication, its published columns and row filter."""
+    if publication is None:
+        return catalog.table_info(conn, table)
+    infos = {t.qualified: t for t in catalog.published_tables(conn, publication)}
+    name = table if "." in table else f"public.{table}"
+    info = infos.get(name)
+    if info is None:
+        raise ConfigError(
+            f"table {table!r} is not in publication {publication!r}; add it with ALTER "
+            f"PUBLICATION {publication} ADD TABLE {table}, or leave the publication option out"
+        )
+    return info
+
+
+def _columns(info: TableInfo) -> list[tuple[str, int, int, int, int, bool]]:
+    return [
+        (c.name, c.type_oid, c.base_type_oid, c.type_modifier, c.base_type_modifier, c.is_key)
+        for c in info.columns
+    ]
+
+
+def data_schema(info: TableInfo) -> pa.Schema:
+    """The Arrow schema of the rows read (a change table's data columns)."""
+    decoder = _native.CopyDecoder(
+        info.oid, info.schema, info.name, info.replica_identity, _columns(info), 0
+    )
+    # An empty COPY BINARY stream: the decoder's empty change table has the schema.
+    decoder.feed(b"PGCOPY\n\xff\r\n\x00" + bytes(8) + b"\xff\xff")
+    schema = table_of(decoder.finish()).schema
+    return pa.schema([f for f in schema if f.name not in METADATA_COLUMNS], schema.metadata)
+
+
+def partition_queries(conn: psycopg.Connection[Any], info: TableInfo, partitions: int) -> list[str]:
+    """One COPY statement per CTID block range (see the module documentation)."""
+    blocks = catalog.table_blocks(conn, info.oid)
+    return catalog.snapshot_queries(info, partitions, blocks, min_blocks_per_range=1)
+
+
+# -- reading one partition (a Spark task) ----------------------------------------------
+
+
+def read_partition(
+    dsn: str, snapshot: str, info: TableInfo, query: str, batch_rows: int = 65_536
+) -> Iterator[pa.RecordBatch]:
+    """The rows of one block range, read under ``snapshot``, as record batches of the
+    table's data columns in Spark's types."""
+    decoder = _native.CopyDecoder(
+        info.oid, info.schema, info.name, info.replica_identity, _columns(info), 0
+    )
+    names = [c.name for c in info.columns]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        with conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            try:
+                conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
+            except psycopg.errors.InvalidParameterValue as e:
+                raise SnapshotGoneError(
+                    f"the snapshot this read of {info.qualified} was planned with has ended "
+                    "(its keeper stopped, or the exporting session went away): load the "
+                    "DataFrame again"
+                ) from e
+            with conn.cursor().copy(query) as copy:
+                for data in copy:
+                    decoder.feed(bytes(data))
+                    if decoder.rows >= batch_rows:
+                        yield from _batches(table_of(decoder.take()), names)
+            yield from _batches(table_of(decoder.finish()), names)
+            conn.execute("SELECT pg_notify(%s, %s)", (DONE_CHANNEL, f"{snapshot} {query}"))
+
+
+def _batches(rows: pa.Table, names: list[str]) -> Iterator[pa.RecordBatch]:
+    if rows.num_rows == 0:
+        return
+    data = for_spark(rows.select(names))
+    data = data.cast(pa.schema([pa.field(f.name, f.type, True) for f in data.schema]))
+    yield from data.to_batches()
+
+
+# -- the snapshot keeper ---------------------------------------------------------------
+
+
+def _spark_driver_pid() -> int | None:
+    """The JVM this process descends from (Spark's driver, in local mode the whole
+    application), found through /proc; None elsewhere."""
+    pid = os.getpid()
+    for _ in range(8):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            return None
+        if comm == "java":
+            return pid
+        pid = int(fields[1])
+        if pid <= 1:
+            return None
+    return None
+
+
+def export_snapshot(
+    dsn: str, queries: Sequence[str], ttl: float, keep: float
+) -> tuple[str, subprocess.Popen[bytes]]:
+    """Starts a keeper process holding a new exported snapshot; returns its name."""
+    request = {
+        "dsn": dsn,
+        "queries": list(queries),
+        "ttl": ttl,
+        "keep": keep,
+        "watch": _spark_driver_pid(),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgwire_cdc.spark_snapshot"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # outlives the planning process
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    # The DSN goes through a pipe, never the command line (it may hold a password).
+    proc.stdin.write(json.dumps(request).encode())
+    proc.stdin.close()
+    line = proc.stdout.readline().decode().strip()
+    if not line.startswith("snapshot "):
+        proc.wait(timeout=10)
+        raise ConfigError(
+            "could not export a snapshot for the Spark read"
+            + (f": {line}" if line else " (the keeper process failed to start)")
+        )
+    return line.split(" ", 1)[1], proc
+
+
+def _keeper(request: dict[str, Any]) -> None:
+    """Holds an exported snapshot (see the module documentation)."""
+    dsn = request["dsn"]
+    pending = set(request["queries"])
+    started = time.monotonic()
+    try:
+        holder = psycopg.connect(dsn)
+        listener = psycopg.connect(dsn, autocommit=True)
+    except psycopg.Error as e:
+        print(type(e).__name__, flush=True)  # never the message: it may echo the DSN
+        return
+    holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    row = holder.execute("SELECT pg_export_snapshot()").fetchone()
+    assert row is not None
+    name = str(row[0])
+    listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(DONE_CHANNEL)))
+    print(f"snapshot {name}", flush=True)
+    sys.stdout.close()
+    done_at: float | None = None
+    while True:
+        now = time.monotonic()
+        if now - started > float(request["ttl"]):
+            break
+        if done_at is not None and now - done_at > float(request["keep"]):
+            break
+        watch = request.get("watch")
+        if watch is not None and not os.path.exists(f"/proc/{watch}"):
+            break
+        with contextlib.suppress(OSError, ValueError):
+            select.select([listener.fileno()], [], [], 1.0)
+        for note in listener.notifies(timeout=0, stop_after=0):
+            snapshot, _, query = note.payload.partition(" ")
+            if snapshot == name:
+                pending.discard(query)
+        if not pending and done_at is None:
+            done_at = time.monotonic()
+    holder.close()
+    listener.close()
+
+
+# -- the Spark data source pieces --------------------------------------------------------
+
+
+def schema_for(options: dict[str, str]) -> Any:
+    """The Spark schema of a batch read."""
+    dsn, table, publication = (
+        need(options, "dsn"),
+        need(options, "table"),
+        options.get("publication"),
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return spark_schema(
+            for_spark(data_schema(describe(conn, table, publication)).empty_table()).schema
+        )
+
+
+def need(options: dict[str, str], name: str) -> str:
+    value = options.get(name)
+    if not value:
+        raise ConfigError(f'spark.read.format("pgwire_cdc") needs .option("{name}", ...)')
+    return value
+
+
+if __name__ == "__main__":
+    _keeper(json.loads(sys.stdin.read()))

@@ -1,0 +1,151 @@
+"""The initial snapshot as a Spark job (``spark.read.format("pgwire_cdc")``,
+``pgwire_cdc.spark_snapshot``) on a real local Spark and real PostgreSQL 15 and 18: CTID
+ranges read by Spark tasks under one exported snapshot are the table at one point in time,
+under concurrent writes that move rows to other blocks; ``delta.run(writer="spark")``
+takes a new slot's snapshot this way and streams on from the slot's consistent point."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import Database
+from pgwire_cdc import delta
+from stream_workload import SCHEMA, TABLES, Workload, norm, source_rows
+from test_stream import current_lsn
+
+ACCOUNTS = 300_000
+TOTAL = ACCOUNTS * 100
+
+
+class Transfers(threading.Thread):
+    """Moves money between random accounts until stopped: the sum never changes, and
+    every update writes the row's new version elsewhere in the heap."""
+
+    def __init__(self, dsn: str, seed: int) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.rng = dsn, random.Random(seed)
+        self.stop = threading.Event()
+        self.transfers = 0
+
+    def run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.stop.is_set():
+                with conn.transaction():
+                    for _ in range(20):
+                        a, b = (
+                            self.rng.randrange(1, ACCOUNTS + 1),
+                            self.rng.randrange(1, ACCOUNTS + 1),
+                        )
+                        amount = self.rng.randrange(1, 50)
+                        conn.execute(
+                            "UPDATE accounts SET balance = balance - %s WHERE id = %s", (amount, a)
+                        )
+                        conn.execute(
+                            "UPDATE accounts SET balance = balance + %s WHERE id = %s", (amount, b)
+                        )
+                self.transfers += 20
+
+
+def test_a_parallel_read_is_one_point_in_time(db: Database, spark: Any) -> None:
+    db.conn.execute(
+        "CREATE TABLE accounts (id int PRIMARY KEY, balance bigint, pad text)"
+        " WITH (fillfactor = 100)"
+    )
+    db.conn.execute(
+        f"INSERT INTO accounts SELECT g, 100, repeat('p', 40) FROM generate_series(1, {ACCOUNTS}) g"
+    )
+    writer = Transfers(db.dsn, db.cluster.version)
+    writer.start()
+    try:
+        time.sleep(0.5)
+        df = (
+            spark.read.format("pgwire_cdc")
+            .option("dsn", db.dsn)
+            .option("table", "public.accounts")
+            .option("partitions", 4)
+            .load()
+        )
+        assert df.rdd.getNumPartitions() == 4
+        ((rows, ids, total),) = df.selectExpr(
+            "count(*)", "count(DISTINCT id)", "sum(balance)"
+        ).collect()
+    finally:
+        writer.stop.set()
+        writer.join()
+    assert writer.transfers > 0
+    assert (rows, ids, total) == (ACCOUNTS, ACCOUNTS, TOTAL)
+    # The keeper lets the snapshot go once every partition is read (keep_seconds later).
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert out.count("pgwire_cdc.spark_snapshot") <= 1
+
+
+def test_columns_and_row_filter_of_a_publication(db: Database, spark: Any) -> None:
+    if db.cluster.version < 150000:
+        pytest.skip("column lists and row filters need PostgreSQL 15")
+    db.conn.execute("CREATE TABLE t (id int PRIMARY KEY, secret text, at time, n int)")
+    db.conn.execute("INSERT INTO t SELECT g, 'x', '01:02:03', g FROM generate_series(1, 1000) g")
+    db.conn.execute("CREATE PUBLICATION pub FOR TABLE t (id, at, n) WHERE (n % 10 = 0)")
+    df = (
+        spark.read.format("pgwire_cdc")
+        .option("dsn", db.dsn)
+        .option("table", "public.t")
+        .option("publication", "pub")
+        .option("partitions", 3)
+        .load()
+    )
+    assert df.columns == ["id", "at", "n"]
+    rows = df.orderBy("id").collect()
+    assert len(rows) == 100 and rows[0]["at"] == "01:02:03.000000"
+
+
+def test_the_spark_snapshot_hands_off_to_the_stream(
+    db: Database, spark: Any, tmp_path: Path
+) -> None:
+    """The seeded workload runs while Spark reads the snapshot, then the stream takes
+    over at the slot's consistent point: the Delta tables equal the source."""
+    db.conn.execute(SCHEMA)
+    db.conn.execute("CREATE PUBLICATION pub FOR TABLE items, codes, notes")
+    workload = Workload(db.conn, seed=db.cluster.version % 1000 + 11)
+    workload.run(60)
+    other = Workload(psycopg.connect(db.dsn, autocommit=True), seed=5)
+    other.next_id = 1_000_000  # keys of its own
+    stop = threading.Event()
+
+    def write() -> None:
+        for _ in range(30):  # bounded: the Spark MERGEs of the stream are slow here
+            if stop.is_set():
+                break
+            other.run(5)
+
+    running = threading.Thread(target=write)
+    running.start()
+    try:
+        # The writer stops once the snapshot is in (its first batch): everything it
+        # wrote meanwhile is for the stream.
+        first = delta.run(
+            db.dsn, tmp_path, publication="pub", slot="s1", writer="spark", spark=spark,
+            until_lsn=current_lsn(db), max_batch_rows=5000,
+            on_batch=lambda sink, batch, stats: stop.set(),
+        )  # fmt: skip
+    finally:
+        stop.set()
+        running.join()
+    assert first.inserted == 0, "no snapshot row went through the driver"
+    assert other.next_id > 1_000_000, "the writer ran during the snapshot"
+    workload.run(40)
+    later = delta.run(
+        db.dsn, tmp_path, publication="pub", slot="s1", writer="spark", spark=spark,
+        until_lsn=current_lsn(db), max_batch_rows=5000,
+    )  # fmt: skip
+    assert later.changes > 0
+    for name in TABLES:
+        table = delta.read_table(delta.table_path(tmp_path, name))
+        got = sorted((tuple(norm(v) for v in r.values()) for r in table.to_pylist()), key=repr)
+        assert got == source_rows(db.conn, name), name
