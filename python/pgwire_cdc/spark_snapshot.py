@@ -107,14 +107,27 @@ def partition_queries(conn: psycopg.Connection[Any], info: TableInfo, partitions
 
 
 def read_partition(
-    dsn: str, snapshot: str, info: TableInfo, query: str, batch_rows: int = 65_536
-) -> Iterator[pa.RecordBatch]:
-    """The rows of one block range, read under ``snapshot``, as record batches of the
-    table's data columns in Spark's types."""
+    dsn: str,
+    snapshot: str,
+    info: TableInfo,
+    query: str,
+    batch_rows: int = 65_536,
+    *,
+    consistent_point: int = 0,
+    first_ordinal: int = 0,
+) -> Iterator[pa.Table]:
+    """The rows of one block range, read under ``snapshot``, as change tables of
+    ``read`` rows (at ``consistent_point``, ``_tx_ordinal`` from ``first_ordinal``) of at
+    most about ``batch_rows`` rows each."""
     decoder = _native.CopyDecoder(
-        info.oid, info.schema, info.name, info.replica_identity, _columns(info), 0
+        info.oid,
+        info.schema,
+        info.name,
+        info.replica_identity,
+        _columns(info),
+        consistent_point,
+        first_ordinal,
     )
-    names = [c.name for c in info.columns]
     with psycopg.connect(dsn, autocommit=True) as conn:
         with conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -130,9 +143,17 @@ def read_partition(
                 for data in copy:
                     decoder.feed(bytes(data))
                     if decoder.rows >= batch_rows:
-                        yield from _batches(table_of(decoder.take()), names)
-            yield from _batches(table_of(decoder.finish()), names)
+                        yield table_of(decoder.take())
+            yield table_of(decoder.finish())
             conn.execute("SELECT pg_notify(%s, %s)", (DONE_CHANNEL, f"{snapshot} {query}"))
+
+
+def read_rows(dsn: str, snapshot: str, info: TableInfo, query: str) -> Iterator[pa.RecordBatch]:
+    """:func:`read_partition`'s rows as record batches of the table's columns in Spark's
+    types (the batch reader's output)."""
+    names = [c.name for c in info.columns]
+    for rows in read_partition(dsn, snapshot, info, query):
+        yield from _batches(rows, names)
 
 
 def _batches(rows: pa.Table, names: list[str]) -> Iterator[pa.RecordBatch]:
@@ -167,15 +188,18 @@ def _spark_driver_pid() -> int | None:
 
 
 def export_snapshot(
-    dsn: str, queries: Sequence[str], ttl: float, keep: float
-) -> tuple[str, subprocess.Popen[bytes]]:
-    """Starts a keeper process holding a new exported snapshot; returns its name."""
+    dsn: str, queries: Sequence[str], ttl: float, keep: float, slot: str | None = None
+) -> tuple[str, int | None, subprocess.Popen[bytes]]:
+    """Starts a keeper process holding a new exported snapshot; returns its name and, when
+    the keeper created the logical replication ``slot`` to export it, the slot's
+    consistent point."""
     request = {
         "dsn": dsn,
         "queries": list(queries),
         "ttl": ttl,
         "keep": keep,
         "watch": _spark_driver_pid(),
+        "slot": slot,
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "pgwire_cdc.spark_snapshot"],
@@ -195,7 +219,8 @@ def export_snapshot(
             "could not export a snapshot for the Spark read"
             + (f": {line}" if line else " (the keeper process failed to start)")
         )
-    return line.split(" ", 1)[1], proc
+    words = line.split(" ")
+    return words[1], (int(words[2]) if len(words) > 2 else None), proc
 
 
 def _keeper(request: dict[str, Any]) -> None:
@@ -203,18 +228,31 @@ def _keeper(request: dict[str, Any]) -> None:
     dsn = request["dsn"]
     pending = set(request["queries"])
     started = time.monotonic()
+    holder: Any
     try:
-        holder = psycopg.connect(dsn)
         listener = psycopg.connect(dsn, autocommit=True)
+        if request.get("slot"):
+            # The slot's own snapshot: valid while its replication session stays idle.
+            holder = _native.ReplicationConnection(dsn)
+            _, point, exported = holder.create_slot(
+                request["slot"], temporary=False, export_snapshot=True
+            )
+            name, announce = str(exported), f"snapshot {exported} {point}"
+        else:
+            holder = psycopg.connect(dsn)
+            holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            row = holder.execute("SELECT pg_export_snapshot()").fetchone()
+            assert row is not None
+            name = str(row[0])
+            announce = f"snapshot {name}"
     except psycopg.Error as e:
         print(type(e).__name__, flush=True)  # never the message: it may echo the DSN
         return
-    holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-    row = holder.execute("SELECT pg_export_snapshot()").fetchone()
-    assert row is not None
-    name = str(row[0])
+    except Error as e:  # pgwire_cdc's own messages carry no secret
+        print(f"{type(e).__name__}: {e}", flush=True)
+        return
     listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(DONE_CHANNEL)))
-    print(f"snapshot {name}", flush=True)
+    print(announce, flush=True)
     sys.stdout.close()
     done_at: float | None = None
     while True:
@@ -234,7 +272,8 @@ def _keeper(request: dict[str, Any]) -> None:
                 pending.discard(query)
         if not pending and done_at is None:
             done_at = time.monotonic()
-    holder.close()
+    if hasattr(holder, "close"):
+        holder.close()
     listener.close()
 
 

@@ -27,12 +27,16 @@ reads the very same rows again. ``latestOffset`` is the server's current WAL pos
 
 The initial snapshot
 --------------------
-With ``snapshot`` (default ``true``) and no slot yet, the first ``latestOffset`` takes the
-initial snapshot through :func:`pgwire_cdc.stream` and stages the table's ``read`` rows as
-Parquet files in ``snapshot_dir`` (default: ``<temp dir>/pgwire_cdc_snapshots/<slot>``;
-give a durable path in production). The first micro-batch, ``{"lsn": -1}`` to the
-consistent point, reads those files, so it replays exactly too. The staged files can be
-deleted once that batch is committed.
+With ``snapshot`` (default ``true``) and no slot yet, the first ``latestOffset`` creates
+the slot with an exported snapshot, held by a keeper process
+(:mod:`pgwire_cdc.spark_snapshot`), and records it in ``snapshot_dir`` (default:
+``<temp dir>/pgwire_cdc_snapshots/<slot>``). The first micro-batch, ``{"lsn": -1}`` to the
+slot's consistent point, is the table's rows under that snapshot, read by Spark tasks in
+``partitions`` CTID ranges (default 4) as ``read`` rows: no row passes through the driver.
+A failed task or micro-batch is read again under the same snapshot while the keeper holds
+it (until the ranges are read, the Spark application ends, or ``snapshot_ttl`` seconds);
+a query restarted from its checkpoint before its first micro-batch completed cannot
+replay it and says so (drop the slot and the checkpoint to start over).
 """
 
 from __future__ import annotations
@@ -48,7 +52,6 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from . import admin, session, spark_snapshot
 from .catalog import change_table_schema
@@ -100,6 +103,8 @@ class _Options:
         self.binary = options.get("binary", "true").lower() == "true"
         self.snapshot = options.get("snapshot", "true").lower() == "true"
         self.max_batch_rows = int(options.get("max_batch_rows", "100000"))
+        self.partitions = int(options.get("partitions", "4"))
+        self.snapshot_ttl = float(options.get("snapshot_ttl", "86400"))
         self.snapshot_dir = Path(
             options.get("snapshot_dir")
             or os.path.join(tempfile.gettempdir(), "pgwire_cdc_snapshots", self.slot)
@@ -165,24 +170,38 @@ class PgwireCdcBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         snapshot = self.snapshot
         if not snapshot:
-            snapshot, _ = spark_snapshot.export_snapshot(
+            snapshot, _, _ = spark_snapshot.export_snapshot(
                 self.dsn, self.queries, self.ttl, self.keep
             )
         return [_Blocks(snapshot, q) for q in self.queries]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Blocks)
-        yield from spark_snapshot.read_partition(
+        yield from spark_snapshot.read_rows(
             self.dsn, partition.snapshot, self.info, partition.query
         )
 
 
 class _Range(InputPartition):
-    def __init__(self, start: int, end: int, file: str | None = None) -> None:
-        super().__init__((start, end, file))
+    """The changes committed in ``[start, end)``; for the snapshot micro-batch, one CTID
+    range (``query``) of the table under the exported ``snapshot``."""
+
+    def __init__(
+        self,
+        start: int,
+        end: int,
+        query: str | None = None,
+        snapshot: str | None = None,
+        info: Any = None,
+        ordinal: int = 0,
+    ) -> None:
+        super().__init__((start, end, query))
         self.start = start
         self.end = end
-        self.file = file
+        self.query = query
+        self.snapshot = snapshot
+        self.info = info
+        self.ordinal = ordinal
 
 
 class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
@@ -266,14 +285,20 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         begin, stop = int(start["lsn"]), int(end["lsn"])
         if begin == BEFORE_SNAPSHOT:
-            files = sorted(str(p) for p in self._snapshot_path().glob("part-*.parquet"))
-            if self._staged_point() != stop:
+            marker = self._marker()
+            if marker is None or int(marker["consistent_point"]) != stop:
                 raise SlotError(
-                    f"the staged initial snapshot in {self._snapshot_path()} is missing or "
+                    f"the initial snapshot recorded in {self._snapshot_path()} is missing or "
                     "belongs to another slot; the first micro-batch cannot be replayed. "
                     "Start over: drop the slot and the checkpoint"
                 )
-            return [_Range(begin, stop, f) for f in files] or [_Range(begin, stop, "")]
+            with self._connect() as conn:
+                info = spark_snapshot.describe(conn, self.o.table, self.o.publication)
+            # Ordinals of different ranges never meet: 2^40 rows per range.
+            return [
+                _Range(begin, stop, q, marker["snapshot"], info, i << 40)
+                for i, q in enumerate(marker["queries"])
+            ]
         return [_Range(begin, stop)]
 
     def commit(self, end: dict[str, int]) -> None:
@@ -311,58 +336,47 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def _snapshot_path(self) -> Path:
         return self.o.snapshot_dir
 
-    def _staged_point(self) -> int | None:
+    def _marker(self) -> dict[str, Any] | None:
         marker = self._snapshot_path() / DONE_MARKER
         if not marker.exists():
             return None
-        doc = json.loads(marker.read_text())
+        doc: dict[str, Any] = json.loads(marker.read_text())
         if doc.get("slot") != self.o.slot or doc.get("table") != self.o.table:
             return None
-        return int(doc["consistent_point"])
+        return doc
+
+    def _staged_point(self) -> int | None:
+        doc = self._marker()
+        return None if doc is None else int(doc["consistent_point"])
 
     def _stage_snapshot(self) -> int:
-        from .streaming import stream
-
+        """Creates the slot with an exported snapshot held by a keeper process, and
+        records it (see the module documentation)."""
         path = self._snapshot_path()
         with self._connect() as conn:
             if admin.get_slot(conn, self.o.slot) is not None:
                 raise SlotError(
-                    f"slot {self.o.slot!r} exists but no staged snapshot is in {path}: drop "
-                    "the slot to take a new snapshot, or set .option('snapshot', 'false')"
+                    f"slot {self.o.slot!r} exists but no initial snapshot is recorded in "
+                    f"{path}: drop the slot to take a new snapshot, or set "
+                    ".option('snapshot', 'false')"
                 )
+            info = spark_snapshot.describe(conn, self.o.table, self.o.publication)
+            queries = spark_snapshot.partition_queries(conn, info, self.o.partitions)
+        snapshot, point, _ = spark_snapshot.export_snapshot(
+            self.o.dsn, queries, self.o.snapshot_ttl, 60.0, slot=self.o.slot
+        )
+        assert point is not None
         path.mkdir(parents=True, exist_ok=True)
-        for old in path.glob("part-*.parquet"):
-            old.unlink()
-        point: int | None = None
-        part = 0
-        for batch in stream(
-            self.o.dsn,
-            publication=self.o.publication,
-            slot=self.o.slot,
-            binary=self.o.binary,
-            max_batch_rows=self.o.max_batch_rows,
-            until_lsn=1,  # stop right after the snapshot
-        ):
-            if not batch.snapshot:
-                break
-            point = batch.lsn
-            table = batch.tables.get(self.o.table)
-            if table is not None and table.num_rows:
-                pq.write_table(
-                    table,
-                    path / f"part-{part:06d}.parquet",
-                    use_compliant_nested_type=False,
-                )
-                part += 1
-            batch.ack()
-        with self._connect() as conn:
-            slot = admin.get_slot(conn, self.o.slot)
-        if slot is None or slot.confirmed_flush_lsn is None:
-            raise SlotError(f"the initial snapshot did not create slot {self.o.slot!r}")
-        if point is None:
-            point = slot.confirmed_flush_lsn
         (path / DONE_MARKER).write_text(
-            json.dumps({"slot": self.o.slot, "table": self.o.table, "consistent_point": point})
+            json.dumps(
+                {
+                    "slot": self.o.slot,
+                    "table": self.o.table,
+                    "consistent_point": point,
+                    "snapshot": snapshot,
+                    "queries": queries,
+                }
+            )
         )
         return point
 
@@ -371,8 +385,17 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Range)
         if partition.start == BEFORE_SNAPSHOT:
-            if partition.file:
-                yield from self._for_spark(pq.read_table(partition.file))
+            if partition.query and partition.snapshot:
+                for rows in spark_snapshot.read_partition(
+                    self.o.dsn,
+                    partition.snapshot,
+                    partition.info,
+                    partition.query,
+                    consistent_point=partition.end,
+                    first_ordinal=partition.ordinal,
+                ):
+                    if rows.num_rows:
+                        yield from self._for_spark(rows)
             return
         yield from self._changes(partition.start, partition.end)
 
