@@ -98,10 +98,12 @@ bench-live: build
 	$(PY) benches/live_shapes.py
 	$(PY) benches/incremental.py
 
-# Spark: the Arrow hand-off vs the pandas path, mirror apply, commit-to-mirror lag.
+# Spark: the Arrow hand-off vs the pandas path; the Delta Lake sink (both writers) against
+# the Parquet mirror baseline: end-to-end changes/s, MERGE cost against table size, lag.
 bench-spark: build jars bench-capture
 	$(PIP) install -q -r benches/requirements.txt
 	$(PY) benches/spark.py
+	$(PY) benches/delta_lake.py
 
 # Each proptest fuzz target of tests/fuzz.rs runs this long (seconds), one at a time so
 # that each has a core to itself; the `fuzz` profile is release with overflow checks.

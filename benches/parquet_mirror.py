@@ -69,6 +69,7 @@ log = logging.getLogger("pgwire_cdc")
 class MirrorError(Error):
     """The mirror cannot apply a change table."""
 
+
 STATE_FILE = "_pgwire_cdc_mirror.json"
 STATE_FORMAT = 1
 

@@ -4,7 +4,8 @@
 Every ratio is "pgwire_cdc versus the baseline run in the same script", higher is better:
 the decoder against pypgoutput (``report.py``), the live stream and snapshot against
 pg_recvlogical, psycopg2 + pypgoutput and ADBC (``live.py``), the Spark hand-off against
-the pandas path (``spark.py``).
+the pandas path (``spark.py``), the Delta Lake sink against the Parquet mirror
+(``delta_lake.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ SOURCES = {
     "decode": "decode.md",
     "live": "live.md",
     "spark": "spark.md",
+    "delta": "delta.md",
 }
 
 

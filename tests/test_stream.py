@@ -357,3 +357,21 @@ def test_several_publications(db: Database) -> None:
         next(iter(pgwire_cdc.stream(db.dsn, publication=["pa", "pb"], tables=["public.a"])))
     with pytest.raises(ConfigError, match="publication"):
         next(iter(pgwire_cdc.stream(db.dsn, publication=[])))
+
+
+def test_a_slow_consumer_is_not_idle(db: Database) -> None:
+    """``idle_timeout`` counts time the stream waited for the server, not time the
+    consumer spent on a batch while changes waited unread."""
+    db.conn.execute("CREATE TABLE slow (id int PRIMARY KEY)")
+    db.conn.execute("CREATE PUBLICATION pub FOR TABLE slow")
+    consume(db)  # the slot, acked past its (empty) snapshot
+    for i in range(4):
+        db.conn.execute("INSERT INTO slow VALUES (%s)", (i,))
+    got = 0
+    for batch in pgwire_cdc.stream(
+        db.dsn, publication="pub", slot="s1", idle_timeout=1, max_batch_rows=1
+    ):
+        got += batch.rows
+        batch.ack()
+        time.sleep(1.5)  # longer than idle_timeout
+    assert got == 4

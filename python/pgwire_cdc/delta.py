@@ -247,20 +247,32 @@ def _sql_string(value: str, spark: bool = False) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def merge_clauses(columns: list[str], keys: list[str], spark: bool = False) -> dict[str, Any]:
+def merge_clauses(
+    columns: list[str], keys: list[str], unchanged: set[str], spark: bool = False
+) -> dict[str, Any]:
     """The SQL of one MERGE (both writers speak it; ``spark``: Spark SQL's string
     escapes): the ON condition, the UPDATE assignments and the INSERT values, by target
-    column."""
-    on = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in keys)
-    update = {
-        _quote(c): (
+    column. Only the ``unchanged`` columns (named in some row's ``_unchanged``) need the
+    CASE that keeps the table's value; the others are plain assignments, which spares the
+    MERGE reading them from the target."""
+
+    def assign(c: str) -> str:
+        if c not in unchanged:
+            return f"s.{_quote(c)}"
+        return (
             f"CASE WHEN array_contains(s._unchanged, {_sql_string(c, spark)}) "
             f"THEN t.{_quote(c)} ELSE s.{_quote(c)} END"
         )
-        for c in columns
-    }
+
+    on = " AND ".join(f"t.{_quote(k)} = s.{_quote(k)}" for k in keys)
+    update = {_quote(c): assign(c) for c in columns}
     insert = {_quote(c): f"s.{_quote(c)}" for c in columns}
     return {"on": on, "update": update, "insert": insert}
+
+
+def _unchanged_names(source: pa.Table) -> set[str]:
+    names = pc.unique(pc.list_flatten(source["_unchanged"])).to_pylist()
+    return {n for n in names if n is not None}
 
 
 @dataclass
@@ -338,7 +350,7 @@ class DeltaRsWriter(_Writer):
     ) -> None:
         from deltalake import DeltaTable
 
-        clauses = merge_clauses(_data(source), keys)
+        clauses = merge_clauses(_data(source), keys, _unchanged_names(source))
         merger = DeltaTable(path).merge(
             source,
             predicate=clauses["on"],
@@ -433,7 +445,7 @@ class SparkWriter(_Writer):
         self, path: str, source: pa.Table, keys: list[str], truncate: bool, commit: _Commit
     ) -> None:
         columns = _data(source)
-        clauses = merge_clauses(columns, keys, spark=True)
+        clauses = merge_clauses(columns, keys, _unchanged_names(source), spark=True)
         self._view += 1
         view = f"pgwire_cdc_merge_source_{self._view}"
         self._frame(source).createOrReplaceTempView(view)

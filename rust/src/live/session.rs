@@ -239,6 +239,12 @@ pub struct LiveSession {
     partial: Option<(u64, u64)>,
     last_status: Instant,
     last_message: Instant,
+    /// When the consumer handed control back after its last batch: `idle_timeout` counts
+    /// from here at the earliest, so time the consumer spends on a batch (while messages
+    /// wait unread in the socket) never counts as idle.
+    resumed: Instant,
+    /// A batch was handed out and the consumer has not polled since.
+    handed_out: bool,
     last_reply_request: Instant,
     /// When the server last sent anything (keepalives included).
     last_heard: Instant,
@@ -310,6 +316,8 @@ impl LiveSession {
             delivered: options.start_lsn,
             last_status: now,
             last_message: now,
+            resumed: now,
+            handed_out: false,
             last_reply_request: now,
             last_heard: now,
             ping_sent: None,
@@ -468,6 +476,7 @@ impl LiveSession {
         self.batch_started = None;
         self.batch_bytes = 0;
         self.delivered = self.delivered.max(self.boundary);
+        self.handed_out = true;
         Ok(Polled {
             segments,
             lsn: self.boundary,
@@ -480,6 +489,9 @@ impl LiveSession {
     /// check for signals and call again).
     pub fn poll(&mut self, limits: &BatchLimits, slice: Duration) -> Result<Polled, LiveError> {
         let poll_start = Instant::now();
+        if std::mem::take(&mut self.handed_out) {
+            self.resumed = poll_start;
+        }
         if self.until_reached(limits.until_lsn) {
             return self.cut(Stop::UntilLsn);
         }
@@ -506,8 +518,9 @@ impl LiveSession {
                     return self.cut(Stop::Waited);
                 }
             }
+            let quiet_since = self.last_message.max(self.resumed);
             if let Some(idle) = limits.idle_timeout {
-                if now.duration_since(self.last_message) >= idle {
+                if now.duration_since(quiet_since) >= idle {
                     return self.cut(Stop::Idle);
                 }
             }
@@ -543,7 +556,7 @@ impl LiveSession {
                 wait = wait.min(limits.max_wait.saturating_sub(now.duration_since(started)));
             }
             if let Some(idle) = limits.idle_timeout {
-                wait = wait.min(idle.saturating_sub(now.duration_since(self.last_message)));
+                wait = wait.min(idle.saturating_sub(now.duration_since(quiet_since)));
             }
             if limits.until_lsn.is_some() {
                 wait = wait.min(Duration::from_millis(500));
