@@ -197,7 +197,8 @@ def test_a_new_slot_with_a_snapshot_needs_two_free_slots(db: Database) -> None:
             db.dsn, publication="pub", slot="one", tables=["public.ok"], snapshot=False,
             idle_timeout=0.5,
         )  # fmt: skip
-        assert list(batches) == []
+        # No rows; a batch that only moves the LSN (WAL written meanwhile) may come.
+        assert all(batch.rows == 0 for batch in batches)
         db.conn.execute("SELECT pg_drop_replication_slot('one')")
 
 
