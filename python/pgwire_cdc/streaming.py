@@ -348,16 +348,7 @@ class _Stream:
                 int_to_lsn(cp),
             )
             reader(snapshot_name, cp, names)
-            seq = self._next_seq()
-            self.snapshot_last_seq = seq
-            yield Batch(
-                tables={},
-                lsn=cp,
-                snapshot=True,
-                snapshot_start=True,
-                snapshot_progress=self._snapshotted(),
-                _ack=self._acker(seq, cp, snapshot_batch=True),
-            )
+            yield self._rowless_snapshot_batch(cp)
             return
         tasks = []
         workers = max(1, int(self.o["snapshot_workers"]))
@@ -408,17 +399,23 @@ class _Stream:
         if first:
             # Nothing to copy: one empty snapshot batch all the same, so that a consumer
             # keeping a copy learns that a new snapshot started (its copy is now empty).
-            seq = self._next_seq()
-            self.snapshot_last_seq = seq
-            yield Batch(
-                tables={},
-                lsn=cp,
-                snapshot=True,
-                snapshot_start=True,
-                snapshot_progress=self._snapshotted(),
-                _ack=self._acker(seq, cp, snapshot_batch=True),
-            )
+            yield self._rowless_snapshot_batch(cp)
         self.reader = None
+
+    def _rowless_snapshot_batch(self, cp: int) -> Batch:
+        """The last (and only) batch of a snapshot whose rows did not come through the
+        stream: it starts the consumer's copy over, names every table complete, and its
+        ack creates the slot."""
+        seq = self._next_seq()
+        self.snapshot_last_seq = seq
+        return Batch(
+            tables={},
+            lsn=cp,
+            snapshot=True,
+            snapshot_start=True,
+            snapshot_progress=self._snapshotted(),
+            _ack=self._acker(seq, cp, snapshot_batch=True),
+        )
 
     def _snapshotted(self) -> dict[str, list[Any] | None]:
         """``Batch.snapshot_progress`` of a complete initial snapshot."""

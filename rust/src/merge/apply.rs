@@ -114,12 +114,7 @@ pub fn apply_changes(
         .map(|c| change_columns(schema, c))
         .collect::<Result<_, _>>()?;
 
-    let fields: Vec<SortField> = key_columns
-        .iter()
-        .filter_map(|&c| schema.fields().get(c))
-        .map(|f| SortField::new(f.data_type().clone()))
-        .collect();
-    let converter = RowConverter::new(fields)?;
+    let converter = key_converter(schema, &key_columns)?;
     let pick = |columns: &[ArrayRef]| -> Vec<ArrayRef> {
         key_columns
             .iter()
@@ -280,6 +275,19 @@ pub fn apply_changes(
         RecordBatch::try_new(schema.clone(), columns)?
     };
     Ok((batch, stats))
+}
+
+/// Byte-comparable keys of `key_columns` (indexes into `schema`).
+pub(super) fn key_converter(
+    schema: &SchemaRef,
+    key_columns: &[usize],
+) -> Result<RowConverter, ApplyError> {
+    let fields: Vec<SortField> = key_columns
+        .iter()
+        .filter_map(|&c| schema.fields().get(c))
+        .map(|f| SortField::new(f.data_type().clone()))
+        .collect();
+    Ok(RowConverter::new(fields)?)
 }
 
 /// Removes one row stored under `key` and returns it.

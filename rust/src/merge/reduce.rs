@@ -8,13 +8,13 @@ use ahash::RandomState;
 use arrow_array::builder::{ListBuilder, StringBuilder};
 use arrow_array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch, StructArray};
 use arrow_buffer::NullBuffer;
-use arrow_row::{Row, RowConverter, Rows, SortField};
+use arrow_row::{Row, Rows};
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
 use arrow_select::interleave::interleave;
 
 use super::apply::{
-    change_columns, to_u32, unchanged_columns, ApplyError, ApplyStats, ChangeColumns, Kind,
-    RowVersion, Src,
+    change_columns, key_converter, to_u32, unchanged_columns, ApplyError, ApplyStats,
+    ChangeColumns, Kind, RowVersion, Src,
 };
 
 /// The MERGE source of one change table, and what the changes did.
@@ -66,12 +66,7 @@ pub fn reduce_changes(
     // (n + ci, r); the null is (2n, 0).
     let null: Src = (to_u32(2 * n)?, 0);
 
-    let fields: Vec<SortField> = key_columns
-        .iter()
-        .filter_map(|&c| schema.fields().get(c))
-        .map(|f| SortField::new(f.data_type().clone()))
-        .collect();
-    let converter = RowConverter::new(fields)?;
+    let converter = key_converter(schema, key_columns)?;
     let mut new_keys: Vec<Rows> = Vec::with_capacity(n);
     let mut before_keys: Vec<Option<Rows>> = Vec::with_capacity(n);
     let mut before_columns: Vec<Vec<Option<ArrayRef>>> = Vec::with_capacity(n);
