@@ -45,7 +45,7 @@ Usage::
     .venv/bin/python benches/capture_stream.py [--rows N] [--batch N] [--force]
 
 Runs a throwaway PostgreSQL 15 (Debian's ``postgresql-15``) through
-:mod:`pgwire_cdc.server`, as the ``postgres`` OS user when run as root.
+tests/support/server.py, as the ``postgres`` OS user when run as root.
 """
 
 from __future__ import annotations
@@ -63,7 +63,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from pgwire_cdc.server import PgCluster
+
+sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))
+from support.server import PgCluster
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_CACHE = Path(os.environ.get("PGWIRE_CDC_BENCH_CACHE", HERE / ".cache"))

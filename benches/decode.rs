@@ -75,9 +75,9 @@ fn load(path: &Path, name: &'static str, binary: bool) -> Result<Capture, String
         let header = data
             .get(pos..pos + 12)
             .ok_or_else(|| format!("{}: truncated record header at byte {pos}", path.display()))?;
-        let (lsn_bytes, len_bytes) = header.split_at(8);
-        let lsn = u64::from_be_bytes(lsn_bytes.try_into().map_err(|_| "header".to_string())?);
-        let len = u32::from_be_bytes(len_bytes.try_into().map_err(|_| "header".to_string())?);
+        let (lsn_part, size_part) = header.split_at(8);
+        let lsn = u64::from_be_bytes(lsn_part.try_into().map_err(|_| "header".to_string())?);
+        let len = u32::from_be_bytes(size_part.try_into().map_err(|_| "header".to_string())?);
         let start = pos + 12;
         let end = start + len as usize;
         let body = data
@@ -101,11 +101,14 @@ fn load(path: &Path, name: &'static str, binary: bool) -> Result<Capture, String
 }
 
 fn capture_path(var: &str, default_name: &str) -> PathBuf {
-    std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("benches/.cache")
-            .join(default_name)
-    })
+    std::env::var_os(var).map_or_else(
+        || {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("benches/.cache")
+                .join(default_name)
+        },
+        PathBuf::from,
+    )
 }
 
 const CTX: ParseContext = ParseContext {

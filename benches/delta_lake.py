@@ -66,6 +66,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+sys.path.append(str(HERE.parent / "tests"))  # support.server: the tests' PgCluster
 
 import capture_stream  # noqa: E402
 import parquet_mirror  # noqa: E402
@@ -75,9 +76,9 @@ import pyarrow.compute as pc  # noqa: E402
 from bench_common import check_release_build, machine_info  # noqa: E402
 from live import BENCH_TABLE, SETTINGS, fill, lsn_now  # noqa: E402
 from pgwire_cdc import delta  # noqa: E402
-from pgwire_cdc.server import PgCluster  # noqa: E402
 from pgwire_cdc.streaming import Batch  # noqa: E402
 from pgwire_cdc.tables import table_of  # noqa: E402
+from support.server import PgCluster  # noqa: E402
 
 TABLE = "public.bench"
 RESULTS = HERE / "results"

@@ -23,6 +23,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.append(str(HERE.parent / "tests"))  # support.server: the tests' PgCluster
 
 import pgwire_cdc  # noqa: E402
 import psycopg  # noqa: E402
@@ -30,7 +31,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 from bench_common import check_release_build  # noqa: E402
 from live import BENCH_TABLE, SETTINGS, fill  # noqa: E402
-from pgwire_cdc.server import PgCluster  # noqa: E402
+from support.server import PgCluster  # noqa: E402
 
 
 class Writer(threading.Thread):

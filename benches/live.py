@@ -36,11 +36,12 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.append(str(HERE.parent / "tests"))  # support.server: the tests' PgCluster
 
 import capture_stream  # noqa: E402
 import pgwire_cdc  # noqa: E402
 from bench_common import check_release_build, write_ratios  # noqa: E402
-from pgwire_cdc.server import PgCluster  # noqa: E402
+from support.server import PgCluster  # noqa: E402
 
 #: The bench table of the live benchmarks (the shape of the capture and synthetic streams).
 BENCH_TABLE = (

@@ -30,12 +30,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.append(str(HERE.parent / "tests"))  # support.server: the tests' PgCluster
 
 import capture_stream  # noqa: E402
 import pgwire_cdc  # noqa: E402
 from bench_common import check_release_build  # noqa: E402
 from live import BENCH_TABLE, SETTINGS, lsn_now, run_stream  # noqa: E402
-from pgwire_cdc.server import PgCluster  # noqa: E402
+from support.server import PgCluster  # noqa: E402
 
 
 def run_recvlogical(cluster: PgCluster, dsn: str, slot: str, end: int, streaming: bool) -> float:

@@ -611,7 +611,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     wait_for_other_benches(args.wait_minutes)
 
-    from pgwire_cdc.server import PgCluster
+    sys.path.append(str(ROOT / "tests"))
+    from support.server import PgCluster
 
     workdir = Path(tempfile.mkdtemp(prefix="spark_snapshot_", dir=args.workdir))
     runs: dict[str, list[dict[str, Any]]] = {}

@@ -26,7 +26,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pgwire_cdc.server import SERVERS, PgCluster
+from support.server import SERVERS, PgCluster
 
 # The Delta Lake jars `make jars` fetches (the Makefile exports the same path), for every
 # Spark session of the tests and the programs they start.

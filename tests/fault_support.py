@@ -13,9 +13,9 @@ from typing import Any
 
 import psycopg
 from pgwire_cdc import lsn_to_int
-from pgwire_cdc.server import PgCluster
 from pgwire_cdc.streaming import Batch
 from stream_workload import TABLES, Mirror, source_rows
+from support.server import PgCluster
 
 #: The password of `PASSWORD_ROLE` on clusters made by `password_cluster` (what no log
 #: line, exception or repr may contain).

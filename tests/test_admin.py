@@ -21,8 +21,8 @@ import pytest
 from conftest import Database
 from pgwire_cdc import admin, catalog, lsn_to_int
 from pgwire_cdc.errors import ConfigError, SlotError
-from pgwire_cdc.server import SERVERS, PgCluster
 from psycopg import pq, sql
+from support.server import SERVERS, PgCluster
 
 
 def q(conn: psycopg.Connection[Any], *parts: str) -> str:

@@ -32,8 +32,8 @@ import pytest
 from conftest import Database, fresh_database
 from fault_support import PASSWORD, PASSWORD_ROLE, password_cluster
 from pgwire_cdc.errors import ConfigError, ConnectionError, SlotError
-from pgwire_cdc.server import SERVERS, PgCluster
 from psycopg import sql
+from support.server import SERVERS, PgCluster
 
 pytestmark = pytest.mark.server
 

