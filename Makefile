@@ -39,21 +39,31 @@ $(JARS_STAMP): deps/pom.xml
 
 jars: $(JARS_STAMP)
 
-# Release build: tests, the demo and the benches all run the optimised extension.
+# Release build: tests, the demo and the benches all run the optimised extension, with the
+# test-only classes of the Cargo feature `test-client` (tests/test_pg_client.py); the
+# features are named in full rather than relying on how maturin merges pyproject.toml's.
 build: venv
-	$(VENV)/bin/maturin develop --release -q
+	$(VENV)/bin/maturin develop --release -q --features python,test-client
 
-# The abi3 wheel users install (release profile, manylinux tag checked by maturin);
-# tests/test_wheel.py installs it into a brand-new venv.
+# The abi3 wheel users install (release profile, manylinux tag checked by maturin; the
+# features of pyproject.toml, so no `test-client`); tests/test_wheel.py installs it into a
+# brand-new venv.
 wheel: venv
 	$(VENV)/bin/maturin build --release -q -o target/wheels
 
+# Clippy runs with the lints of Cargo.toml's [lints.clippy] (the pedantic group less a short
+# allow-list), every warning an error.
 lint: venv
 	cargo fmt --all -- --check
 	cargo clippy --all-targets --all-features -- -D warnings
 	$(VENV)/bin/ruff check python tests benches
 	$(VENV)/bin/ruff format --check python tests benches
 	$(VENV)/bin/mypy
+	@# python/pgwire_cdc/_native.pyi against the extension `make build` puts in the venv.
+	$(MAKE) build
+	$(PY) -m mypy.stubtest pgwire_cdc._native --allowlist stubtest-allowlist.txt
+	@# The docs and comments speak of the project only; the module graph has no loop.
+	$(VENV)/bin/pytest -q tests/test_docs.py tests/test_module_graph.py
 
 rust-test:
 	cargo test --all-targets
@@ -105,7 +115,7 @@ bench-spark: build jars bench-capture
 	$(PY) benches/spark.py
 	$(PY) benches/delta_lake.py
 
-# Each proptest fuzz target of tests/fuzz.rs runs this long (seconds), one at a time so
+# Each proptest fuzz target of tests/fuzz/ runs this long (seconds), one at a time so
 # that each has a core to itself; the `fuzz` profile is release with overflow checks.
 FUZZ_SECONDS ?= 600
 fuzz:

@@ -16,7 +16,7 @@ use arrow_array::{Array, RecordBatch, StringArray};
 use pgwire_cdc::arrow::{ArrowSink, Segment};
 use pgwire_cdc::event::{EventBody, EventCollector};
 use pgwire_cdc::sink::{EventMeta, EventRef, EventSink};
-use pgwire_cdc::{DecodeError, Decoder, DecoderConfig, Reason};
+use pgwire_cdc::{DecodeError, Decoder, DecoderConfig, FeedError, Reason};
 
 struct Both {
     events: EventCollector,
@@ -52,10 +52,10 @@ fn decode(
     for (lsn, bytes) in &c.messages {
         match dec.feed(bytes, *lsn, &mut out) {
             Ok(()) => {}
-            Err(DecodeError {
+            Err(FeedError::Decode(DecodeError {
                 reason: Reason::Value { table, .. },
                 ..
-            }) => {
+            })) => {
                 *rejected.entry(table).or_default() += 1;
             }
             Err(e) => panic!("{}: {e}", c.path.display()),

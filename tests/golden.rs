@@ -10,10 +10,8 @@
 
 mod common;
 
-use pgwire_cdc::error::Reason;
 use pgwire_cdc::event::{EventBody, EventCollector, UpdatedRow};
-use pgwire_cdc::held::SpillConfig;
-use pgwire_cdc::{Decoder, DecoderConfig};
+use pgwire_cdc::{Decoder, DecoderConfig, FeedError, SpillConfig};
 
 fn decode(c: &common::Capture) -> Vec<pgwire_cdc::event::Event> {
     let mut dec = Decoder::new(DecoderConfig {
@@ -55,7 +53,7 @@ fn every_capture_decodes_with_consistent_transactions() {
         let events = decode(&c);
         assert!(!events.is_empty(), "{}", c.path.display());
         // Group data events by commit LSN: ordinals are 0..n in delivery order.
-        let mut by_commit: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+        let mut by_commit = std::collections::BTreeMap::<u64, Vec<u64>>::new();
         for e in &events {
             if is_data(&e.body) {
                 let commit = e.meta.commit_lsn.unwrap_or_else(|| {
@@ -226,7 +224,7 @@ fn a_spill_directory_that_cannot_be_written_is_a_spill_error() {
         .iter()
         .find_map(|(lsn, bytes)| dec.feed(bytes, *lsn, &mut out).err())
         .expect("the first held message needs the spill file");
-    assert!(matches!(err.reason, Reason::Spill(_)), "{err:?}");
+    assert!(matches!(err, FeedError::Spill(_)), "{err:?}");
     let text = err.to_string();
     assert!(text.contains("pgwire_cdc-no-such-dir"), "{text}");
     assert!(text.contains("spill_dir"), "{text}");

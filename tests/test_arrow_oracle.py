@@ -1,4 +1,4 @@
-"""Arrow values against PostgreSQL itself, for every type of CONTRACT section 5.
+"""Arrow values against PostgreSQL itself, for every type of the type mapping.
 
 Property tests (hypothesis) over both servers (PostgreSQL 15 and 18, the `db` fixture): for
 each type a real table (``id`` primary key, REPLICA IDENTITY DEFAULT) gets random rows,
@@ -7,7 +7,7 @@ NULLs included; two logical slots (pgoutput), created before the inserts, are re
 ``binary`` on; both are decoded with `pgwire_cdc.Decoder` and
 
 1. every column equals what PostgreSQL computes for the same rows (``SELECT ... ORDER BY
-   id``), in the representation CONTRACT section 5 names: integers for dates (days since
+   id``), in the representation the type mapping names: integers for dates (days since
    1970-01-01, ``v - date '1970-01-01'``), times and timestamps (microseconds, computed
    exactly in numeric), so years before 1 AD and after 9999 are checked too; the type's
    output function (``format('%s', v)``) for types represented as strings; the interval's
@@ -893,7 +893,7 @@ def _same_value(a: Any, b: Any) -> bool:
 
 
 def check_event_values(dec: pgwire_cdc.Decoder, tables: dict[str, pa.Table]) -> None:
-    """The typed values of the events (CONTRACT section 4) are the Python values of the
+    """The typed values of the events are the Python values of the
     change tables' columns, `to_pylist()`'s, value for value and type for type; a value
     Python cannot hold fails both."""
     try:
@@ -1239,7 +1239,7 @@ DOMAIN = _spec("dom", Col("dint", pa.string(), ints(32)), setup=("CREATE DOMAIN 
 def test_domain_over_int4_relation_carries_the_domain_oid(harness: Harness) -> None:
     """What pgoutput sends for a domain column: the Relation message has the domain's OID
     (not int4's 23), and a Type message before it describes that OID with the base type's
-    name, pg_catalog.int4. The decoder follows it: the column is int32, as CONTRACT section 5
+    name, pg_catalog.int4. The decoder follows it: the column is int32, as the type mapping
     says for a domain over int4."""
     harness.insert([("42",), ("-7",)])
     try:

@@ -1,11 +1,11 @@
-"""The change-table schema of CONTRACT section 3 over the golden captures (no server needed).
+"""The change-table schema over the golden captures (no server needed).
 
 Every table of every capture (tests/fixtures/captures) has its data columns first, then the
-metadata columns with their contract types; its rows agree, one for one, with the events a
+metadata columns with their documented types; its rows agree, one for one, with the events a
 second Decoder gives for the same capture (change type, LSNs, tx ordinal, commit time, xid,
-new values, old image, unchanged-TOAST columns); and the scenarios that exercise the seed's
-row-image rules (/work/shared/seeds/etl-event-types.txt: replica identity DEFAULT / FULL /
-USING INDEX, TRUNCATE, unchanged TOAST) give exactly the rows the rules say. Text and binary
+new values, old image, unchanged-TOAST columns); and the scenarios that exercise the
+row-image rules (replica identity DEFAULT / FULL / USING INDEX, TRUNCATE, unchanged TOAST)
+give exactly the rows the rules say. Text and binary
 captures of the same workload give the same data columns; a schema change merges in
 `take()` and stays split in `take_segments()`.
 """
@@ -42,8 +42,8 @@ METADATA_TYPES = {
     "_before_kind": pa.string(),
 }
 
-#: Arrow types of the built-in type OIDs the captures use (CONTRACT section 5); a
-#: numeric's type depends on its modifier.
+#: Arrow types of the built-in type OIDs the captures use (the type mapping of
+#: docs/change-tables.md); a numeric's type depends on its modifier.
 OID_TYPES: dict[int, pa.DataType] = {
     16: pa.bool_(),
     17: pa.binary(),
@@ -273,7 +273,7 @@ def rows_from_events(
     events: list[Any], wire: dict[str, list[list[tuple[str, int, int, bool]]]]
 ) -> list[Row]:
     """One row per insert / update / delete, one per table of a truncate, by the rules of
-    CONTRACT section 3, in commit order and then tx ordinal. Columns: those of the last
+    the change-table schema, in commit order and then tx ordinal. Columns: those of the last
     relation event of the table, else (none delivered yet) its first version on the wire."""
     relations: dict[str, list[tuple[str, bool]]] = {
         table: [(c[0], c[3]) for c in versions[0]] for table, versions in wire.items()
@@ -394,7 +394,7 @@ def test_metadata_columns_and_types(decoded: Decoded) -> None:
 
 def test_data_column_types_follow_the_relation(decoded: Decoded) -> None:
     """Each segment's data columns: the Relation message's columns, in its order, typed by
-    CONTRACT section 5."""
+    the type mapping."""
     bases = base_types(decoded.events)
     versions = {
         table: [
@@ -499,7 +499,7 @@ def test_types_rich_text_leaves_out_the_unrepresentable_row() -> None:
 
 
 def test_types_rich_text_values() -> None:
-    """The representable rows of types_rich_text, as CONTRACT section 5 maps them."""
+    """The representable rows of types_rich_text, as the type mapping maps them."""
     for server in SERVERS:
         table = decode(capture_path(server, "types_rich_text")).tables["public.rich"]
         one = {n: table.column(n)[0].as_py() for n in table.column_names}

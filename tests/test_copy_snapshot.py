@@ -23,7 +23,7 @@ and checks that
    ``feed_many``, and taken in several batches, give identical tables.
 
 Then: malformed streams raise `DecodeError` (truncated, wrong signature, wrong field count,
-trailing bytes, OIDs flag), and a value Arrow cannot hold follows the README's policy
+trailing bytes, OIDs flag), and a value Arrow cannot hold follows the documented policy
 exactly as the streaming decoder does (`ColumnValueError` naming table, column and LSN, the
 row left out, the other rows with the next ``take()``).
 """

@@ -1,4 +1,4 @@
-"""Typed event values (CONTRACT section 4) and the decoder's bounded default.
+"""Typed event values and the decoder's bounded default.
 
 * Every row image of an event holds the Python values of its columns' Arrow types, the
   same objects ``take()``'s ``to_pylist()`` gives for the same change (inserts, update new

@@ -13,8 +13,8 @@
 
 The spill files are found the way an operator would: as open descriptors of the consumer
 process pointing into ``spill_dir`` (the files themselves have no name). Figures are
-printed (``pytest -s``) and recorded as test properties; the README's Reliability section
-quotes them.
+printed (``pytest -s``) and recorded as test properties; docs/reliability.md quotes
+them.
 """
 
 from __future__ import annotations

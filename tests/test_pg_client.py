@@ -25,9 +25,19 @@ from typing import Any
 
 import pgwire_cdc
 import pytest
-from pgwire_cdc import _native
 from pgwire_cdc.errors import ConfigError, ConnectionError, SlotError
-from pgwire_cdc.server import SERVERS, PgCluster
+from support.server import SERVERS, PgCluster
+
+try:
+    # Test-only classes: in the extension of `make build` (Cargo feature `test-client`),
+    # not in the shipped wheel.
+    from pgwire_cdc._native import PgConnection, PgReplicationStream
+except ImportError:
+    pytest.skip(
+        "pgwire_cdc._native was built without the Cargo feature `test-client`"
+        " (PgConnection, PgReplicationStream): build it with `make build`",
+        allow_module_level=True,
+    )
 
 OPENSSL = "/usr/bin/openssl"
 PASSWORD = "Sw0rdfish-p4ss"  # what no error message may contain
@@ -131,10 +141,8 @@ def dsn(cluster: PgCluster, extra: str = "", *, dbname: str = "postgres") -> str
     return f"host=127.0.0.1 port={cluster.port} dbname={dbname} {extra}"
 
 
-def connect(
-    cluster: PgCluster, extra: str = "user=postgres", **kwargs: Any
-) -> _native.PgConnection:
-    return _native.PgConnection(dsn(cluster, extra), **kwargs)
+def connect(cluster: PgCluster, extra: str = "user=postgres", **kwargs: Any) -> PgConnection:
+    return PgConnection(dsn(cluster, extra), **kwargs)
 
 
 # -- logins -----------------------------------------------------------------------------
@@ -178,9 +186,7 @@ def test_connect_timeout_on_a_silent_server(sslmode: str) -> None:
         port = silent.getsockname()[1]
         started = time.monotonic()
         with pytest.raises(ConnectionError, match="timed out"):
-            _native.PgConnection(
-                f"host=127.0.0.1 port={port} user=x sslmode={sslmode} connect_timeout=2"
-            )
+            PgConnection(f"host=127.0.0.1 port={port} user=x sslmode={sslmode} connect_timeout=2")
         assert 1.5 < time.monotonic() - started < 10
 
 
@@ -260,11 +266,11 @@ def test_password_file_and_environment(
     monkeypatch.setenv("PGUSER", "u_md5")
     monkeypatch.setenv("PGPASSWORD", PASSWORD)
     monkeypatch.setenv("PGSSLMODE", "disable")
-    conn = _native.PgConnection(f"host=127.0.0.1 port={tls_pg.port} dbname=postgres")
+    conn = PgConnection(f"host=127.0.0.1 port={tls_pg.port} dbname=postgres")
     assert conn.query("SELECT current_user") == [("u_md5",)]
     assert not conn.ssl_in_use
     conn.close()
-    conn = _native.PgConnection(
+    conn = PgConnection(
         f"host=127.0.0.1 port={tls_pg.port} dbname=postgres user=u_scram sslmode=prefer"
     )
     assert conn.query("SELECT current_user") == [("u_scram",)]
@@ -274,16 +280,16 @@ def test_password_file_and_environment(
 
 def test_unix_socket_and_uri(tls_pg: PgCluster) -> None:
     assert tls_pg.basedir is not None
-    conn = _native.PgConnection(f"host={tls_pg.basedir} port={tls_pg.port} user=postgres")
+    conn = PgConnection(f"host={tls_pg.basedir} port={tls_pg.port} user=postgres")
     assert conn.query("SELECT inet_server_addr() IS NULL") == [("t",)]  # a Unix socket
     conn.close()
     socket_dir = str(tls_pg.basedir).replace("/", "%2F")
     uri = f"postgresql://u_scram:{PASSWORD}@{socket_dir}:{tls_pg.port}/postgres?sslmode=disable"
     # u_scram has no pg_hba line for local sockets: trust via the local line.
-    conn = _native.PgConnection(uri)
+    conn = PgConnection(uri)
     assert conn.query("SELECT current_user") == [("u_scram",)]
     conn.close()
-    conn = _native.PgConnection(
+    conn = PgConnection(
         f"postgresql://u_md5:{PASSWORD}@127.0.0.1:{tls_pg.port}/postgres?sslmode=disable"
     )
     assert conn.query("SELECT current_user") == [("u_md5",)]
@@ -292,17 +298,17 @@ def test_unix_socket_and_uri(tls_pg: PgCluster) -> None:
 
 def test_connection_failures(tls_pg: PgCluster) -> None:
     with pytest.raises(ConnectionError, match=r"database .* does not exist") as info:
-        _native.PgConnection(f"host=127.0.0.1 port={tls_pg.port} user=postgres dbname=nope_db")
+        PgConnection(f"host=127.0.0.1 port={tls_pg.port} user=postgres dbname=nope_db")
     assert info.value.sqlstate == "3D000"
     with pytest.raises(ConnectionError, match="refused"):
-        _native.PgConnection("host=127.0.0.1 port=1 user=postgres connect_timeout=5")
+        PgConnection("host=127.0.0.1 port=1 user=postgres connect_timeout=5")
     with pytest.raises(ConfigError):
-        _native.PgConnection(f"host=127.0.0.1 port={tls_pg.port} sslmode=sometimes")
+        PgConnection(f"host=127.0.0.1 port={tls_pg.port} sslmode=sometimes")
     with pytest.raises(ConfigError) as config:
-        _native.PgConnection(f"password='{PASSWORD}")
+        PgConnection(f"password='{PASSWORD}")
     assert PASSWORD not in str(config.value)
     # A second host is tried when the first cannot be reached.
-    conn = _native.PgConnection(
+    conn = PgConnection(
         f"host=127.0.0.1,127.0.0.1 port=1,{tls_pg.port} user=postgres sslmode=disable"
     )
     assert conn.query("SELECT 1") == [("1",)]
@@ -312,7 +318,7 @@ def test_connection_failures(tls_pg: PgCluster) -> None:
 # -- TLS --------------------------------------------------------------------------------
 
 
-def _ssl_in_use_on_server(conn: _native.PgConnection) -> bool:
+def _ssl_in_use_on_server(conn: PgConnection) -> bool:
     ((ssl,),) = conn.query("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
     return ssl == "t"
 
@@ -332,7 +338,7 @@ def test_tls_modes(tls_pg: PgCluster, certs: Certs, tmp_path: Path) -> None:
         ("sslmode=disable", False),
     ]
     for extra, tls in good:
-        conn = _native.PgConnection(f"host=127.0.0.1 {extra} port={tls_pg.port} user=postgres")
+        conn = PgConnection(f"host=127.0.0.1 {extra} port={tls_pg.port} user=postgres")
         try:
             assert conn.ssl_in_use is tls, extra
             assert _ssl_in_use_on_server(conn) is tls, extra
@@ -349,12 +355,12 @@ def test_tls_modes(tls_pg: PgCluster, certs: Certs, tmp_path: Path) -> None:
     ]
     for extra in bad:
         with pytest.raises(ConnectionError, match=r"TLS|certificate") as info:
-            _native.PgConnection(f"{extra} port={tls_pg.port} user=postgres")
+            PgConnection(f"{extra} port={tls_pg.port} user=postgres")
         assert info.value.sqlstate is None, extra
 
     for mode in ("verify-ca", "verify-full"):
         with pytest.raises(ConfigError, match="root certificate file"):
-            _native.PgConnection(
+            PgConnection(
                 f"host=localhost port={tls_pg.port} user=postgres sslmode={mode} "
                 f"sslrootcert={missing}"
             )
@@ -411,24 +417,24 @@ def test_allow_and_prefer_retry_like_libpq(tls_pg: PgCluster, tmp_path: Path) ->
     the server refuses the TLS login."""
     need_tls(tls_pg)
     base = f"host=127.0.0.1 port={tls_pg.port} dbname=postgres sslrootcert={tmp_path / 'none'}"
-    conn = _native.PgConnection(f"{base} user=u_tls_only sslmode=allow")
+    conn = PgConnection(f"{base} user=u_tls_only sslmode=allow")
     assert conn.ssl_in_use
     conn.close()
-    conn = _native.PgConnection(f"{base} user=u_plain_only sslmode=prefer")
+    conn = PgConnection(f"{base} user=u_plain_only sslmode=prefer")
     assert not conn.ssl_in_use
     conn.close()
     with pytest.raises(ConnectionError, match=r"pg_hba\.conf rejects") as info:
-        _native.PgConnection(f"{base} user=u_tls_only sslmode=disable")
+        PgConnection(f"{base} user=u_tls_only sslmode=disable")
     assert info.value.sqlstate == "28000"
     with pytest.raises(ConnectionError, match=r"pg_hba\.conf rejects"):
-        _native.PgConnection(f"{base} user=u_plain_only sslmode=require")
+        PgConnection(f"{base} user=u_plain_only sslmode=require")
 
 
 def test_tls_against_a_server_without_tls(pg: PgCluster, tmp_path: Path) -> None:
     base = f"host=127.0.0.1 port={pg.port} user=postgres sslrootcert={tmp_path / 'none'}"
     with pytest.raises(ConnectionError, match="does not support TLS"):
-        _native.PgConnection(f"{base} sslmode=require")
-    conn = _native.PgConnection(f"{base} sslmode=prefer")
+        PgConnection(f"{base} sslmode=require")
+    conn = PgConnection(f"{base} sslmode=prefer")
     assert not conn.ssl_in_use
     assert conn.query("SELECT 1") == [("1",)]
     conn.close()
@@ -438,7 +444,7 @@ def test_tls_against_a_server_without_tls(pg: PgCluster, tmp_path: Path) -> None
 
 
 def test_query_errors_keep_the_connection_usable(db: Any) -> None:
-    conn = _native.PgConnection(db.dsn)
+    conn = PgConnection(db.dsn)
     try:
         with pytest.raises(ConfigError) as info:
             conn.query("SELEC 1")
@@ -462,7 +468,7 @@ def test_query_errors_keep_the_connection_usable(db: Any) -> None:
 def test_copy_out(db: Any) -> None:
     db.conn.execute("CREATE TABLE c (id int, t text)")
     db.conn.execute("INSERT INTO c SELECT g, 'row ' || g FROM generate_series(1, 50000) g")
-    conn = _native.PgConnection(db.dsn)
+    conn = PgConnection(db.dsn)
     try:
         count, data = conn.copy_out("COPY c TO STDOUT")
         assert count == 50000
@@ -484,7 +490,7 @@ def test_copy_out(db: Any) -> None:
 
 
 def test_identify_system(db: Any) -> None:
-    conn = _native.PgConnection(db.dsn, replication=True)
+    conn = PgConnection(db.dsn, replication=True)
     try:
         system_id, timeline, xlogpos, dbname = conn.identify_system()
         row = db.conn.execute(
@@ -508,7 +514,7 @@ def _slot_name() -> str:
 def test_exported_snapshot_is_importable(db: Any) -> None:
     db.conn.execute("CREATE TABLE t (id int)")
     db.conn.execute("INSERT INTO t VALUES (1), (2)")
-    repl = _native.PgConnection(db.dsn, replication=True)
+    repl = PgConnection(db.dsn, replication=True)
     slot = _slot_name()
     name, consistent_point, snapshot, plugin = repl.create_slot(slot, temporary=True)
     assert (name, plugin) == (slot, "pgoutput")
@@ -541,7 +547,7 @@ def test_exported_snapshot_is_importable(db: Any) -> None:
 def test_used_snapshot_copies_the_slot_start(db: Any) -> None:
     db.conn.execute("CREATE TABLE t (id int, v text)")
     db.conn.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b')")
-    repl = _native.PgConnection(db.dsn, replication=True)
+    repl = PgConnection(db.dsn, replication=True)
     try:
         # What the server requires for SNAPSHOT 'use' (PostgreSQL 18 insists on READ ONLY).
         repl.query("BEGIN READ ONLY ISOLATION LEVEL REPEATABLE READ")
@@ -556,7 +562,7 @@ def test_used_snapshot_copies_the_slot_start(db: Any) -> None:
 
 
 def _decode_until(
-    stream: _native.PgReplicationStream,
+    stream: PgReplicationStream,
     decoder: pgwire_cdc.Decoder,
     inserts: int,
     timeout: float = 0.2,
@@ -608,7 +614,7 @@ def _stream_scenario(cluster: PgCluster, dbname: str, sslmode: str) -> None:
     admin.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
     admin.execute("CREATE PUBLICATION p FOR ALL TABLES")
     repl_dsn = dsn(cluster, f"user=postgres sslmode={sslmode}", dbname=dbname)
-    repl = _native.PgConnection(repl_dsn, replication=True)
+    repl = PgConnection(repl_dsn, replication=True)
     assert repl.ssl_in_use == (sslmode == "require")
     slot = _slot_name()
     _, start, _, _ = repl.create_slot(slot, snapshot="nothing")
@@ -666,7 +672,7 @@ def _stream_scenario(cluster: PgCluster, dbname: str, sslmode: str) -> None:
 def test_terminated_walsender_is_a_connection_error(db: Any) -> None:
     db.conn.execute("CREATE TABLE t (id int)")
     db.conn.execute("CREATE PUBLICATION p FOR ALL TABLES")
-    repl = _native.PgConnection(db.dsn, replication=True)
+    repl = PgConnection(db.dsn, replication=True)
     pid = repl.backend_pid
     slot = _slot_name()
     repl.create_slot(slot, temporary=True, snapshot="nothing")
@@ -684,8 +690,8 @@ def test_terminated_walsender_is_a_connection_error(db: Any) -> None:
 
 def test_slot_errors(db: Any) -> None:
     db.conn.execute("CREATE PUBLICATION p FOR ALL TABLES")
-    repl = _native.PgConnection(db.dsn, replication=True)
-    other = _native.PgConnection(db.dsn, replication=True)
+    repl = PgConnection(db.dsn, replication=True)
+    other = PgConnection(db.dsn, replication=True)
     slot = _slot_name()
     try:
         repl.create_slot(slot, snapshot="nothing")
@@ -703,14 +709,14 @@ def test_slot_errors(db: Any) -> None:
         stream = repl.start_replication(
             slot, 0, [("proto_version", "1"), ("publication_names", '"p"')]
         )
-        third = _native.PgConnection(db.dsn, replication=True)
+        third = PgConnection(db.dsn, replication=True)
         with pytest.raises(SlotError) as active:
             third.start_replication(slot, 0, [("proto_version", "1"), ("publication_names", '"p"')])
         assert active.value.sqlstate == "55006"
         stream.close()
     finally:
         other.close()
-    drop = _native.PgConnection(db.dsn, replication=True)
+    drop = PgConnection(db.dsn, replication=True)
     drop.drop_slot(slot, wait=True)
     drop.close()
     assert (

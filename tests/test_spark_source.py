@@ -126,7 +126,7 @@ def test_processing_time_trigger_with_a_failed_batch_replayed(
 def test_foreach_batch_merges_into_delta(
     db: Database, spark: Any, workload: Workload, tmp_path: Path
 ) -> None:
-    """The README's pipeline: the source's micro-batches MERGEd into a Delta table by
+    """The pipeline of docs/spark.md: the source's micro-batches MERGEd into a Delta table by
     ``delta.merge_changes`` in ``foreachBatch``; a micro-batch run twice (a sink that
     fails after its commit) changes nothing."""
     workload.run(30)

@@ -1,4 +1,4 @@
-"""A column a change did not carry never reads as NULL (CONTRACT section 3, `_unchanged`).
+"""A column a change did not carry never reads as NULL (`_unchanged`).
 
 Changes of one table made under different shapes — a publication's column list changed
 mid-stream (the scenario of PostgreSQL's own ``031_column_list`` subscription test), or

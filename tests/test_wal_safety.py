@@ -5,8 +5,8 @@ keepalive position on its behalf): the slot's lag, ``pg_current_wal_lsn() -
 confirmed_flush_lsn``, stays bounded however much WAL the busy table writes.
 
 The figures (WAL written, largest lag seen, lag once the writer stops) are printed
-(``pytest -s``) and recorded as test properties; the README's Reliability section quotes
-them. The bound asserted is generous: a tenth of the WAL written, and under 16 MB.
+(``pytest -s``) and recorded as test properties; docs/reliability.md quotes them. The bound
+asserted is generous: a tenth of the WAL written, and under 16 MB.
 """
 
 from __future__ import annotations

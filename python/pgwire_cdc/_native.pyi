@@ -1,8 +1,11 @@
 """Type stubs of the Rust extension module (rust/src/python)."""
 
+import os
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, final
+from typing import Any, ClassVar, final
+
+from typing_extensions import Self, disjoint_base
 
 __version__: str
 BUILD_PROFILE: str
@@ -13,10 +16,10 @@ class UnchangedToast: ...
 UNCHANGED_TOAST: UnchangedToast
 
 #: A row value as sent on the wire (``wire_*`` attributes of events).
-WireValue = str | bytes | None | UnchangedToast
+_WireValue = str | bytes | None | UnchangedToast
 #: A typed row value: the Python value of the column's Arrow type (int, float, Decimal,
 #: str, bytes, bool, date, time, datetime, list, dict for interval), None for NULL.
-Value = Any
+_Value = Any
 
 @final
 class ArrowStream:
@@ -25,15 +28,16 @@ class ArrowStream:
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
     def __len__(self) -> int: ...
 
+@disjoint_base
 class Decoder:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         proto_version: int = 1,
         binary: bool = False,
         *,
         keep_events: bool | None = None,
         keep_tables: bool = True,
-    ) -> None: ...
+    ) -> Self: ...
     @property
     def proto_version(self) -> int: ...
     @property
@@ -57,8 +61,8 @@ class CopyDecoder:
     """One table's ``COPY (SELECT ...) TO STDOUT (FORMAT BINARY)`` data into a change table
     of ``read`` rows (CONTRACT section 3), the same schema and values the stream gives."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         table_oid: int,
         namespace: str,
         name: str,
@@ -68,7 +72,7 @@ class CopyDecoder:
         columns: Sequence[tuple[str, int, int, int, int, bool]],
         consistent_point: int,
         first_ordinal: int = 0,
-    ) -> None: ...
+    ) -> CopyDecoder: ...
     @property
     def table(self) -> str: ...
     @property
@@ -92,12 +96,12 @@ class Event:
     tx_ordinal: int
     xid: int | None
     table: str | None
-    table_row: tuple[Value, ...] | None
+    table_row: tuple[_Value, ...] | None
     updated_table_row: tuple[Any, ...] | None
-    old_table_row: tuple[str, tuple[Value, ...]] | None
-    wire_table_row: tuple[WireValue, ...] | None
+    old_table_row: tuple[str, tuple[_Value, ...]] | None
+    wire_table_row: tuple[_WireValue, ...] | None
     wire_updated_table_row: tuple[Any, ...] | None
-    wire_old_table_row: tuple[str, tuple[WireValue, ...]] | None
+    wire_old_table_row: tuple[str, tuple[_WireValue, ...]] | None
     tables: list[str] | None
     options: int | None
     prefix: str | None
@@ -129,45 +133,9 @@ class Event:
     rollback_ts: datetime | None
     def to_dict(self) -> dict[str, Any]: ...
 
-@final
-class PgConnection:
-    """A PostgreSQL connection of the Rust client (rust/src/pg); ``replication=True`` opens
-    a logical walsender connection (``replication=database``)."""
-
-    def __init__(self, dsn: str, replication: bool = False) -> None: ...
-    @property
-    def server_version(self) -> int: ...
-    @property
-    def ssl_in_use(self) -> bool: ...
-    @property
-    def backend_pid(self) -> int: ...
-    def parameter(self, name: str) -> str | None: ...
-    def query(self, sql: str) -> list[tuple[str | None, ...]]: ...
-    def copy_out(self, sql: str) -> tuple[int, bytes]: ...
-    def identify_system(self) -> tuple[str, int, int, str | None]: ...
-    def create_slot(
-        self, name: str, temporary: bool = False, snapshot: str = "export"
-    ) -> tuple[str, int, str | None, str | None]: ...
-    def drop_slot(self, name: str, wait: bool = False) -> None: ...
-    def start_replication(
-        self, slot: str, start_lsn: int, options: list[tuple[str, str]]
-    ) -> PgReplicationStream: ...
-    def close(self) -> None: ...
-
-@final
-class PgReplicationStream:
-    """The COPY BOTH stream after START_REPLICATION."""
-
-    @property
-    def server_version(self) -> int: ...
-    def recv(
-        self, timeout: float
-    ) -> tuple[str, int, int, int, bytes] | tuple[str, int, int, bool] | None: ...
-    def send_status(
-        self, write: int, flush: int, apply: int, reply_requested: bool = False
-    ) -> None: ...
-    def finish(self) -> PgConnection: ...
-    def close(self) -> None: ...
+# PgConnection and PgReplicationStream (rust/src/python/pg.rs) exist only in the test
+# build (Cargo feature `test-client`, `make build`) and are left out here, as from the
+# wheel; stubtest-allowlist.txt says so to `make lint`.
 
 def binary_decodable(oid: int) -> bool:
     """Whether binary-format values of this (built-in or resolved) type OID decode."""
@@ -189,10 +157,46 @@ _ColumnSpec = tuple[str, int, int, int, int, bool]
 _TaskSpec = tuple[int, str, str, str, list[_ColumnSpec], str]
 
 @final
+class SessionOptions:
+    """How a streaming session runs (``ReplicationConnection.start_streaming``), resolved
+    once per ``stream()`` run; ``ValueError`` for a ``proto_version`` outside 1 to 4."""
+
+    def __new__(
+        cls,
+        *,
+        publication_names: list[str],
+        proto_version: int,
+        binary: bool,
+        messages: bool = True,
+        streaming: bool = True,
+        status_interval_ms: int = 10000,
+        stall_timeout_ms: int | None = None,
+        type_map: dict[int, tuple[int, int]] = ...,
+        spill_threshold: int = ...,  # 64 MiB (SpillConfig::DEFAULT_MEMORY_LIMIT)
+        spill_dir: str | os.PathLike[str] | None = None,
+    ) -> SessionOptions: ...
+
+@final
+class Stop:
+    """Why ``LiveStream.poll`` returned."""
+
+    #: Nothing to hand out yet; poll again.
+    PENDING: ClassVar[Stop]
+    #: The batch reached ``max_rows`` or ``max_bytes``.
+    FULL: ClassVar[Stop]
+    #: The batch's first message is ``max_ms`` old.
+    WAITED: ClassVar[Stop]
+    #: Everything committed up to ``until_lsn`` is in this or earlier batches.
+    UNTIL_LSN: ClassVar[Stop]
+    #: ``idle_timeout_ms`` passed without a message.
+    IDLE: ClassVar[Stop]
+    def __int__(self) -> int: ...
+
+@final
 class ReplicationConnection:
     """A ``replication=database`` connection before streaming (used by ``stream()``)."""
 
-    def __init__(self, dsn: str) -> None: ...
+    def __new__(cls, dsn: str) -> ReplicationConnection: ...
     @property
     def server_version(self) -> int: ...
     def identify_system(self) -> tuple[str, int, int, str | None]: ...
@@ -214,19 +218,10 @@ class ReplicationConnection:
         self,
         slot: str,
         start_lsn: int,
-        publication_names: list[str],
+        options: SessionOptions,
         *,
-        proto_version: int,
-        binary: bool,
-        messages: bool = True,
-        streaming: bool = True,
-        status_interval_ms: int = 10000,
-        type_map: dict[int, tuple[int, int]] = ...,
         acked_lsn: int = 0,
         skip_through: tuple[int, int] | None = None,
-        stall_timeout_ms: int | None = None,
-        spill_threshold: int = 67108864,
-        spill_dir: str | None = None,
     ) -> LiveStream: ...
     def close(self) -> None: ...
 
@@ -250,7 +245,7 @@ class LiveStream:
         until_lsn: int | None = None,
         idle_timeout_ms: int | None = None,
         slice_ms: int = 200,
-    ) -> tuple[list[tuple[str, ArrowStream]], int, str]: ...
+    ) -> tuple[list[tuple[str, ArrowStream]], int, Stop]: ...
     def ack(self, lsn: int) -> None: ...
     @property
     def delivered_lsn(self) -> int: ...

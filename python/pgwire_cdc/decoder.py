@@ -30,16 +30,16 @@ class Decoder(_native.Decoder):
     (``to_pylist()``); the wire form is under ``wire_table_row`` and the like.
 
     Malformed protocol bytes raise :class:`~pgwire_cdc.errors.DecodeError` from ``feed``.
-    A column value the change tables cannot hold (see the README's unrepresentable-value
-    policy) is not a protocol error: its row is left out of the tables and the next
-    ``take()`` raises :class:`~pgwire_cdc.errors.ColumnValueError` naming the table,
-    column and LSN; a further ``take()`` returns the other rows. ``events()`` does the
+    A column value the change tables cannot hold (see the unrepresentable-value policy of
+    docs/change-tables.md) is not a protocol error: its row is left out of the tables and
+    the next ``take()`` raises :class:`~pgwire_cdc.errors.ColumnValueError` naming the
+    table, column and LSN; a further ``take()`` returns the other rows. ``events()`` does the
     same with the event of such a value.
     """
 
     def take(self) -> dict[str, pa.Table]:
         """The change tables accumulated since the last call, keyed ``"schema.table"``
-        (schema of CONTRACT section 3); see :mod:`pgwire_cdc.tables` for schema changes."""
+        (schema in docs/change-tables.md); see :mod:`pgwire_cdc.tables` for schema changes."""
         return merge_segments(self.take_segments())
 
     def take_segments(self) -> list[tuple[str, pa.Table]]:

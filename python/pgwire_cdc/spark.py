@@ -5,7 +5,7 @@ schema built from the Arrow schema, so every type lands where it belongs rather 
 Spark's inference would put it:
 
 ==============================  ===============================================
-Arrow (CONTRACT section 5)      Spark
+Arrow                           Spark
 ==============================  ===============================================
 bool, int16/32/64               boolean, short, int, long
 float32 / float64               float, double (NaN and ±Infinity kept)

@@ -12,7 +12,7 @@ PySpark's Python Data Source API (PySpark 4). Register it once per session::
         .option("checkpointLocation", "/data/chk/orders")
         .trigger(availableNow=True).start())
 
-Rows are the change table of ``table`` (CONTRACT section 3, Spark types as in
+Rows are the change table of ``table`` (docs/change-tables.md, Spark types as in
 :mod:`pgwire_cdc.spark`).
 
 Offsets and exact replay

@@ -42,7 +42,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,7 @@ import pyarrow as pa
 from psycopg import sql
 
 from . import _native, admin, catalog, incremental, preflight, session
+from ._native import Stop
 from .errors import ConfigError, ConnectionError, SlotError
 from .lsn import int_to_lsn, lsn_to_int
 from .tables import merge_segments, table_of
@@ -143,13 +144,96 @@ def _temporary_slot_name(slot: str) -> str:
     return f"{slot[:54]}_snapshot"
 
 
+@dataclass(frozen=True, kw_only=True)
+class StreamOptions:
+    """The options of one ``stream()`` run: its arguments but the DSN (which may hold a
+    password), under the same names, checked once when built (:class:`ConfigError` for
+    the first that is wrong). Every one is required: the defaults are ``stream()``'s."""
+
+    publication: InitVar[str | Sequence[str]]
+    #: ``publication`` as a list of names (pgoutput's ``publication_names``).
+    publications: list[str] = field(init=False)
+    slot: str
+    tables: list[str] | None
+    snapshot: bool
+    binary: bool
+    until_lsn: int | str | None
+    idle_timeout: float | None
+    max_batch_rows: int
+    max_batch_bytes: int
+    max_batch_ms: int
+    snapshot_workers: int
+    snapshot_split_blocks: int
+    proto_version: int | None
+    reconnect_attempts: int
+    reconnect_delay: float
+    reconnect_max_delay: float
+    stall_timeout: float | None
+    streaming: bool
+    spill_threshold: int
+    spill_dir: str | os.PathLike[str] | None
+    held_tables: Collection[str] | Mapping[str, Sequence[Any] | None] | None
+    chunk_rows: int
+    snapshot_reader: Callable[[str, int, list[str]], None] | None
+
+    def __post_init__(self, publication: str | Sequence[str]) -> None:
+        if self.max_batch_rows < 1 or self.max_batch_bytes < 1 or self.max_batch_ms < 0:
+            raise ConfigError("max_batch_rows and max_batch_bytes must be positive")
+        if self.idle_timeout is not None and self.idle_timeout < 0:
+            raise ConfigError("idle_timeout must not be negative")
+        if self.reconnect_attempts < 0 or self.reconnect_delay < 0 or self.reconnect_max_delay < 0:
+            raise ConfigError(
+                "reconnect_attempts, reconnect_delay and reconnect_max_delay must not be negative"
+            )
+        if self.stall_timeout is not None and self.stall_timeout < 0:
+            raise ConfigError("stall_timeout must not be negative (0 turns stall detection off)")
+        if self.spill_threshold < 0:
+            raise ConfigError("spill_threshold must not be negative (0 holds nothing in memory)")
+        spill_dir = self.spill_path
+        if spill_dir is not None:
+            if not os.path.isdir(spill_dir) or not os.access(spill_dir, os.W_OK | os.X_OK):
+                raise ConfigError(
+                    f"spill_dir {spill_dir!r} is not a writable directory: give a directory"
+                    " this process can create files in, with room for the largest transaction"
+                )
+        if self.chunk_rows < 1:
+            raise ConfigError("chunk_rows must be positive")
+        if self.held_tables is not None and isinstance(self.held_tables, str):
+            raise ConfigError("held_tables is a list of table names (or a mapping), not one name")
+        if self.proto_version is not None and self.proto_version not in preflight.PROTO_MIN_SERVER:
+            raise ConfigError(
+                f"proto_version must be 1, 2, 3 or 4, not {self.proto_version!r} (or None: the"
+                " highest the server speaks)"
+            )
+        if not _SLOT_NAME.fullmatch(self.slot):
+            raise ConfigError(
+                f"invalid replication slot name {self.slot!r}: PostgreSQL allows only"
+                " lower-case letters, digits and underscores, at most 63 characters"
+            )
+        publications = [publication] if isinstance(publication, str) else list(publication)
+        # Frozen: set once, here.
+        object.__setattr__(self, "publications", publications)
+        if not publications or not all(isinstance(p, str) and p for p in publications):
+            raise ConfigError("publication must be a publication name or a list of them")
+        if self.tables and len(publications) > 1:
+            raise ConfigError(
+                "tables= adds tables to one publication: pass one publication name with it, or"
+                " list only existing publications"
+            )
+
+    @property
+    def spill_path(self) -> str | None:
+        """``spill_dir`` as a string."""
+        return None if self.spill_dir is None else os.fspath(self.spill_dir)
+
+
 class _Stream:
     """The state behind one ``stream()`` generator."""
 
-    def __init__(self, dsn: str, publications: list[str], slot: str, **options: Any) -> None:
+    def __init__(self, dsn: str, options: StreamOptions) -> None:
         self.dsn = dsn
-        self.publications = publications
-        self.slot = slot
+        self.publications = options.publications
+        self.slot = options.slot
         self.o = options
         self.conn: psycopg.Connection[Any] | None = None
         self.repl: _native.ReplicationConnection | None = None
@@ -157,7 +241,7 @@ class _Stream:
         self.reader: _native.SnapshotReader | None = None
         # Which slot the live stream reads: the permanent one, or the temporary
         # snapshot slot until the snapshot is committed.
-        self.stream_slot = slot
+        self.stream_slot = options.slot
         self.acked_seq = -1
         self.seq = 0
         self.snapshot_last_seq: int | None = None  # set when the last snapshot batch is known
@@ -168,11 +252,8 @@ class _Stream:
         self.acked_lsn = 0
         self.server_version = 0
         self.table_infos: list[catalog.TableInfo] = []
-        self.type_map: dict[int, tuple[int, int]] = {}
-        self.proto_version = 1
-        self.binary = False
-        self.status_interval_ms = 10_000
-        self.stall_timeout_ms = 0
+        #: How every streaming session of this run runs (set by prepare()).
+        self.session_options: _native.SessionOptions | None = None
         self.existing_slot: admin.SlotInfo | None = None
         self.snapshots: incremental.Snapshots | None = None
         #: The published tables whose rows the consumer holds or is being sent.
@@ -190,10 +271,10 @@ class _Stream:
         found = preflight.run(
             conn,
             self.publications,
-            self.o["tables"],
+            self.o.tables,
             self.slot,
-            snapshot=self.o["snapshot"],
-            proto_version=self.o["proto_version"],
+            snapshot=self.o.snapshot,
+            proto_version=self.o.proto_version,
             apply=True,
         )
         found.raise_if_blocked()
@@ -203,8 +284,8 @@ class _Stream:
         user_types = {
             c.type_oid for t in self.table_infos for c in t.columns if c.type_oid >= 16384
         }
-        self.type_map = catalog.type_map(conn, user_types)
-        self.proto_version = self.o["proto_version"] or _proto_version(self.server_version)
+        type_map = catalog.type_map(conn, user_types)
+        proto_version = self.o.proto_version or _proto_version(self.server_version)
         # Status updates well inside wal_sender_timeout (0 = no timeout): a third of it,
         # at most every 10 s.
         row = conn.execute(
@@ -212,15 +293,14 @@ class _Stream:
             "FROM pg_settings WHERE name = 'wal_sender_timeout'"
         ).fetchone()
         timeout_ms = int(row[0]) if row and row[0] else 0
-        self.status_interval_ms = min(10_000, max(100, timeout_ms // 3)) if timeout_ms else 10_000
-        stall = self.o["stall_timeout"]
+        status_interval_ms = min(10_000, max(100, timeout_ms // 3)) if timeout_ms else 10_000
+        stall = self.o.stall_timeout
         if stall is None:
             # Like PostgreSQL's wal_receiver_timeout; a walsender busy decoding may take
             # up to half its wal_sender_timeout to read a request for a reply.
             stall = max(STALL_TIMEOUT_S, timeout_ms / 1000)
-        self.stall_timeout_ms = int(stall * 1000)
-        self.binary = bool(self.o["binary"])
-        if self.binary:
+        binary = bool(self.o.binary)
+        if binary:
             opaque = sorted(
                 {
                     f"{t.qualified}.{c.name} ({c.type_name})"
@@ -237,7 +317,18 @@ class _Stream:
                     "no binary decoder for %s",
                     ", ".join(opaque),
                 )
-                self.binary = False
+                binary = False
+        self.session_options = _native.SessionOptions(
+            publication_names=self.publications,
+            proto_version=proto_version,
+            binary=binary,
+            streaming=self.o.streaming,
+            status_interval_ms=status_interval_ms,
+            stall_timeout_ms=int(stall * 1000),
+            type_map=type_map,
+            spill_threshold=self.o.spill_threshold,
+            spill_dir=self.o.spill_path,
+        )
 
     def _replication_connection(self) -> _native.ReplicationConnection:
         repl = _native.ReplicationConnection(self.dsn)
@@ -277,10 +368,10 @@ class _Stream:
             self.prepare()
             assert self.conn is not None
             existing = self.existing_slot
-            self.snapshots = incremental.Snapshots(self.conn, self.o["chunk_rows"])
+            self.snapshots = incremental.Snapshots(self.conn, self.o.chunk_rows)
             self.known = {t.qualified for t in self.table_infos}
             if existing is not None:
-                self._plan_incremental(self.o["held_tables"])
+                self._plan_incremental(self.o.held_tables)
             self.conn.execute(
                 sql.SQL("LISTEN {}").format(sql.Identifier(resnapshot_channel(self.slot)))
             )
@@ -289,7 +380,7 @@ class _Stream:
                 self.acked_lsn = start
                 self.repl = self._replication_connection()
                 self._start_streaming(self.slot, start)
-            elif self.o["snapshot"]:
+            elif self.o.snapshot:
                 yield from self._snapshot()
                 if self.snapshot_committed:
                     assert self.repl is not None
@@ -311,22 +402,14 @@ class _Stream:
     def _start_streaming(
         self, slot: str, start: int, skip_through: tuple[int, int] | None = None
     ) -> None:
-        assert self.repl is not None
+        assert self.repl is not None and self.session_options is not None
         self.stream_slot = slot
         self.live = self.repl.start_streaming(
             slot,
             start,
-            self.publications,
-            proto_version=self.proto_version,
-            binary=self.binary,
-            type_map=self.type_map,
-            status_interval_ms=self.status_interval_ms,
+            self.session_options,
             acked_lsn=self.acked_lsn,
             skip_through=skip_through,
-            stall_timeout_ms=self.stall_timeout_ms,
-            streaming=self.o["streaming"],
-            spill_threshold=self.o["spill_threshold"],
-            spill_dir=self.o["spill_dir"],
         )
         self.repl = None
 
@@ -339,7 +422,7 @@ class _Stream:
         self.acked_lsn = cp
         self.snapshot_committed = False
         assert self.conn is not None
-        reader = self.o.get("snapshot_reader")
+        reader = self.o.snapshot_reader
         if reader is not None:
             names = [t.qualified for t in self.table_infos]
             log.info(
@@ -351,10 +434,10 @@ class _Stream:
             yield self._rowless_snapshot_batch(cp)
             return
         tasks = []
-        workers = max(1, int(self.o["snapshot_workers"]))
+        workers = max(1, int(self.o.snapshot_workers))
         for t in self.table_infos:
             blocks = catalog.table_blocks(self.conn, t.oid)
-            ranges = workers if blocks >= self.o["snapshot_split_blocks"] else 1
+            ranges = workers if blocks >= self.o.snapshot_split_blocks else 1
             columns = [
                 (
                     c.name,
@@ -375,7 +458,7 @@ class _Stream:
             workers,
         )
         self.reader = self.repl.start_snapshot(
-            snapshot_name, cp, tasks, workers=workers, batch_rows=self.o["max_batch_rows"]
+            snapshot_name, cp, tasks, workers=workers, batch_rows=self.o.max_batch_rows
         )
         pending = self._next_snapshot_segment()
         first = True
@@ -441,8 +524,8 @@ class _Stream:
         return lambda: self.ack(seq, lsn, snapshot_batch)
 
     def _changes(self) -> Iterator[Batch]:
-        until = _parse_lsn(self.o["until_lsn"])
-        idle = self.o["idle_timeout"]
+        until = _parse_lsn(self.o.until_lsn)
+        idle = self.o.idle_timeout
         assert self.live is not None and self.snapshots is not None
         last_lsn = self.live.delivered_lsn
         while True:
@@ -454,9 +537,9 @@ class _Stream:
             waiting = self.snapshots.waiting_for
             try:
                 segments, lsn, stop = self.live.poll(
-                    max_rows=self.o["max_batch_rows"],
-                    max_bytes=self.o["max_batch_bytes"],
-                    max_ms=self.o["max_batch_ms"],
+                    max_rows=self.o.max_batch_rows,
+                    max_bytes=self.o.max_batch_bytes,
+                    max_ms=self.o.max_batch_ms,
                     until_lsn=waiting if busy else until,
                     idle_timeout_ms=None if idle is None or busy else int(idle * 1000),
                 )
@@ -465,12 +548,12 @@ class _Stream:
                 continue
             tables = merge_segments((name, table_of(s)) for name, s in segments)
             self._on_setup_connection(partial(self._watch_publications, tables))
-            # "until_lsn": every transaction committed before the watermark is in.
-            passed = lsn if waiting is None or stop != "until_lsn" else max(lsn, waiting)
+            # Stop.UNTIL_LSN: every transaction committed before the watermark is in.
+            passed = lsn if waiting is None or stop != Stop.UNTIL_LSN else max(lsn, waiting)
             rows, progress = self.snapshots.step(tables, passed)
             for name, table in rows.items():
                 tables[name] = _in_commit_order(tables.get(name), table)
-            if tables or progress or (stop != "pending" and lsn > last_lsn):
+            if tables or progress or (stop != Stop.PENDING and lsn > last_lsn):
                 # A batch without rows still moves the LSN (the end of a transaction whose
                 # rows went out earlier): the consumer acks it like any other.
                 seq = self._next_seq()
@@ -485,7 +568,7 @@ class _Stream:
                 self._on_setup_connection(partial(self.snapshots.read_next, tables, bool(rows)))
             if not self.snapshots.active:
                 # While a chunk waited, "until_lsn" was its watermark, not the caller's.
-                if not busy and stop in ("until_lsn", "idle"):
+                if not busy and stop in (Stop.UNTIL_LSN, Stop.IDLE):
                     return
                 if busy and until is not None and lsn >= until:
                     return
@@ -609,13 +692,11 @@ class _Stream:
         self.acked_lsn = max(self.acked_lsn, acked)
         # The snapshot is committed: a session still on the temporary slot moves over now.
         self.switch_pending = False
-        attempts = self.o["reconnect_attempts"]
+        attempts = self.o.reconnect_attempts
         log.warning("replication connection lost: %s", error)
         last: Exception = error
         for attempt in range(1, attempts + 1):
-            delay = min(
-                self.o["reconnect_max_delay"], self.o["reconnect_delay"] * 2 ** (attempt - 1)
-            )
+            delay = min(self.o.reconnect_max_delay, self.o.reconnect_delay * 2 ** (attempt - 1))
             log.warning(
                 "reconnect attempt %d of %d in %.2f s, resuming after %s",
                 attempt,
@@ -814,7 +895,7 @@ def stream(
     snapshot_reader: Callable[[str, int, list[str]], None] | None = None,
 ) -> Iterator[Batch]:
     """Streams a publication's changes (after an initial snapshot for a new slot) as
-    :class:`Batch` objects; see the module documentation and CONTRACT section 2.
+    :class:`Batch` objects; see the module documentation and docs/streaming.md.
 
     ``publication`` is one name or a list of names (pgoutput's ``publication_names``): the
     tables of all of them, each once, a table's row filters joined by OR. ``tables``
@@ -870,51 +951,9 @@ def stream(
     ``ConfigError`` for one not held at start; one that joins while streaming is only
     streamed (a warning says so).
     """
-    if max_batch_rows < 1 or max_batch_bytes < 1 or max_batch_ms < 0:
-        raise ConfigError("max_batch_rows and max_batch_bytes must be positive")
-    if idle_timeout is not None and idle_timeout < 0:
-        raise ConfigError("idle_timeout must not be negative")
-    if reconnect_attempts < 0 or reconnect_delay < 0 or reconnect_max_delay < 0:
-        raise ConfigError(
-            "reconnect_attempts, reconnect_delay and reconnect_max_delay must not be negative"
-        )
-    if stall_timeout is not None and stall_timeout < 0:
-        raise ConfigError("stall_timeout must not be negative (0 turns stall detection off)")
-    if spill_threshold < 0:
-        raise ConfigError("spill_threshold must not be negative (0 holds nothing in memory)")
-    if spill_dir is not None:
-        spill_dir = os.fspath(spill_dir)
-        if not os.path.isdir(spill_dir) or not os.access(spill_dir, os.W_OK | os.X_OK):
-            raise ConfigError(
-                f"spill_dir {spill_dir!r} is not a writable directory: give a directory this"
-                " process can create files in, with room for the largest transaction"
-            )
-    if chunk_rows < 1:
-        raise ConfigError("chunk_rows must be positive")
-    if held_tables is not None and isinstance(held_tables, str):
-        raise ConfigError("held_tables is a list of table names (or a mapping), not one name")
-    if proto_version is not None and proto_version not in preflight.PROTO_MIN_SERVER:
-        raise ConfigError(
-            f"proto_version must be 1, 2, 3 or 4, not {proto_version!r} (or None: the highest"
-            " the server speaks)"
-        )
-    if not _SLOT_NAME.fullmatch(slot):
-        raise ConfigError(
-            f"invalid replication slot name {slot!r}: PostgreSQL allows only lower-case"
-            " letters, digits and underscores, at most 63 characters"
-        )
-    publications = [publication] if isinstance(publication, str) else list(publication)
-    if not publications or not all(isinstance(p, str) and p for p in publications):
-        raise ConfigError("publication must be a publication name or a list of them")
-    if tables and len(publications) > 1:
-        raise ConfigError(
-            "tables= adds tables to one publication: pass one publication name with it, or"
-            " list only existing publications"
-        )
-    state = _Stream(
-        dsn,
-        publications,
-        slot,
+    options = StreamOptions(
+        publication=publication,
+        slot=slot,
         tables=tables,
         snapshot=snapshot,
         binary=binary,
@@ -937,4 +976,5 @@ def stream(
         chunk_rows=chunk_rows,
         snapshot_reader=snapshot_reader,
     )
+    state = _Stream(dsn, options)
     return state.run()

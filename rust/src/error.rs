@@ -1,10 +1,17 @@
 //! Errors of the decoder layer.
 //!
-//! One type, [`DecodeError`], for every way a pgoutput byte stream can be wrong: it names
-//! the message kind and the byte offset inside that message, and never carries row values
-//! (errors end up in logs). The PyO3 layer maps it once onto `pgwire_cdc.errors.DecodeError`.
+//! * [`DecodeError`], for every way a pgoutput byte stream can be wrong: it names the
+//!   message kind and the byte offset inside that message, and never carries row values
+//!   (errors end up in logs).
+//! * [`SpillError`], for a streamed or prepared transaction that could not be held on
+//!   disk: the stream is fine, the spill directory is not.
+//! * [`FeedError`], one of the two: what feeding the [`crate::decoder::Decoder`] fails with.
+//!
+//! The PyO3 layer maps each once onto its `pgwire_cdc.errors` class: `DecodeError` (or
+//! `ColumnValueError` for a value) and `SpillError`.
 
 use std::fmt;
+use std::io;
 
 /// The pgoutput message kinds, by their tag byte
 /// (PostgreSQL docs, "Logical Replication Message Formats").
@@ -141,9 +148,6 @@ pub enum Reason {
     },
     /// COPY BINARY data (an initial snapshot) that breaks the format's framing.
     Copy { table: String, problem: CopyProblem },
-    /// A held transaction could not be written to or read from its spill file (see
-    /// [`crate::held`]): the I/O error, which names the directory.
-    Spill(String),
 }
 
 /// What is wrong with a COPY BINARY stream (PostgreSQL docs, COPY, "Binary Format").
@@ -238,12 +242,6 @@ impl fmt::Display for Reason {
                 crate::lsn::format_lsn(*lsn)
             ),
             Self::Copy { table, problem } => write!(f, "{table}: {problem}"),
-            Self::Spill(problem) => write!(
-                f,
-                "holding a streamed or prepared transaction on disk failed: {problem} \
-                 (give spill_dir a writable directory with room for the largest \
-                 transaction, or raise spill_threshold)"
-            ),
         }
     }
 }
@@ -272,8 +270,6 @@ impl fmt::Display for DecodeError {
         match &self.reason {
             // The message is fine; one of its values is not.
             Reason::Value { .. } => write!(f, "{} message: {}", self.kind, self.reason),
-            // Not the message's fault either.
-            Reason::Spill(_) => write!(f, "{}", self.reason),
             Reason::Copy { table, problem } => write!(
                 f,
                 "malformed COPY BINARY data of {table} at byte {}: {problem}",
@@ -289,3 +285,51 @@ impl fmt::Display for DecodeError {
 }
 
 impl std::error::Error for DecodeError {}
+
+/// A streamed or prepared transaction could not be held on disk: its spill file could
+/// not be created, written or read back (a missing, unwritable or full spill directory).
+///
+/// Not the stream's fault: the messages were well-formed, and the same stream decodes once
+/// the directory is fixed. Never carries row values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpillError {
+    /// What the I/O error was.
+    pub io_kind: io::ErrorKind,
+    /// The I/O error as text; it names the spill directory.
+    pub problem: String,
+}
+
+impl From<io::Error> for SpillError {
+    fn from(e: io::Error) -> Self {
+        Self {
+            io_kind: e.kind(),
+            problem: e.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for SpillError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "holding a streamed or prepared transaction on disk failed: {} \
+             (give spill_dir a writable directory with room for the largest \
+             transaction, or raise spill_threshold)",
+            self.problem
+        )
+    }
+}
+
+impl std::error::Error for SpillError {}
+
+/// What feeding the [`crate::decoder::Decoder`] can fail with: a message it cannot take,
+/// or a held transaction it cannot keep.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FeedError {
+    /// A malformed or out-of-sequence message, or an event the sink refused.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// A held transaction's spill file failed.
+    #[error(transparent)]
+    Spill(#[from] SpillError),
+}

@@ -1,7 +1,8 @@
-//! Owned events, the seed's event model (`etl-event-types`), for debugging and low-volume
-//! consumers: [`EventCollector`] turns the decoder's borrowed events into [`Event`]s.
+//! Owned events, the event model (row images as PostgreSQL sends them), for debugging and
+//! low-volume consumers: [`EventCollector`] turns the decoder's borrowed events into
+//! [`Event`]s.
 //!
-//! Row images follow the seed exactly:
+//! Row images follow pgoutput exactly:
 //! * an insert's row is a complete [`Vec<Value>`] in replicated column order;
 //! * an update's new row is [`UpdatedRow::Full`] when every value is known, otherwise
 //!   [`UpdatedRow::Partial`] with the known values and the zero-based indexes of the
@@ -176,7 +177,7 @@ fn values(datums: &[Datum<'_>]) -> Vec<Value> {
     datums.iter().map(Value::from).collect()
 }
 
-/// The seed's UpdatedTableRow: Full when no column is unknown.
+/// An update's new row image: Full when no column is unknown.
 pub fn updated_row(new: &[Datum<'_>]) -> UpdatedRow {
     if !new.iter().any(Datum::is_unchanged) {
         return UpdatedRow::Full(values(new));
@@ -198,7 +199,7 @@ pub fn updated_row(new: &[Datum<'_>]) -> UpdatedRow {
     }
 }
 
-/// The seed's OldTableRow: a key image keeps the identity columns only.
+/// An update's or delete's old row image: a key image keeps the identity columns only.
 pub fn old_row(relation: &Relation, old: OldImage<'_, '_>) -> OldRow {
     match old.kind {
         OldKind::Full => OldRow::Full(values(old.values)),

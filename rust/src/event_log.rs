@@ -1,9 +1,9 @@
 //! Decoded events with their row images as delivered, for typed event values.
 //!
-//! An owned [`Event`] (the seed's event model) keeps an update's new row without the
-//! columns it could not know and a key image without the non-key columns. To give events
-//! the values the change tables hold, the row images are needed as the decoder delivered
-//! them: full width, in relation column order. This sink keeps each row event as its
+//! An owned [`Event`] (the event model of docs/concepts.md) keeps an update's new row
+//! without the columns it could not know and a key image without the non-key columns. To
+//! give events the values the change tables hold, the row images are needed as the decoder
+//! delivered them: full width, in relation column order. This sink keeps each row event as its
 //! metadata, the relation it was read with (a shared pointer) and its values copied into
 //! one byte arena; [`EventLog::drain_with`] hands out each [`Event`] with those images.
 //!

@@ -4,8 +4,11 @@
 //! * [`wire`]: a bounds-checked cursor over one message's bytes;
 //! * [`protocol`]: every pgoutput message of protocol versions 1 to 4, parsed without
 //!   copying;
-//! * [`decoder`]: transaction framing, streamed and two-phase transaction assembly, the
-//!   relation cache and unchanged-TOAST reconstruction, feeding an [`sink::EventSink`];
+//! * [`decoder`]: transaction framing, streamed and two-phase transaction assembly (held
+//!   in memory or in spill files until their commit), the relation cache and
+//!   unchanged-TOAST reconstruction, feeding an [`sink::EventSink`];
+//! * [`error`]: what decoding fails with: a malformed message ([`DecodeError`]) or a
+//!   held transaction that cannot be kept on disk ([`SpillError`]);
 //! * [`event`]: owned events (the seed's event model) for debugging and tests;
 //! * [`event_log`]: events with their row images as delivered (for typed event values);
 //! * [`values`]: PostgreSQL values in text and binary format, parsed exactly;
@@ -22,7 +25,6 @@ pub mod decoder;
 pub mod error;
 pub mod event;
 pub mod event_log;
-pub mod held;
 pub mod live;
 pub mod lsn;
 pub mod merge;
@@ -37,8 +39,8 @@ pub mod wire;
 #[cfg(feature = "python")]
 mod python;
 
-pub use decoder::{Decoder, DecoderConfig};
-pub use error::{DecodeError, MessageKind, Reason};
+pub use decoder::{Decoder, DecoderConfig, SpillConfig};
+pub use error::{DecodeError, FeedError, MessageKind, Reason, SpillError};
 
 /// The extension module's allocator. Each `take()` hands its Arrow buffers to Python and
 /// the next batch builds new ones: glibc gives such large blocks back to the kernel when

@@ -1,7 +1,7 @@
 //! Arrow change tables, built straight from the message bytes.
 //!
 //! [`ArrowSink`] receives the decoder's events and appends one row per change to the
-//! change table of its relation: the published columns (typed by CONTRACT section 5,
+//! change table of its relation: the published columns (typed by the type mapping,
 //! parsed from the text or binary wire format by [`crate::values`]), then the metadata
 //! columns `_change_type`, `_lsn`, `_commit_lsn`, `_tx_ordinal`, `_commit_ts`, `_xid`,
 //! `_before`, `_before_kind`, `_unchanged`.

@@ -70,34 +70,31 @@ impl ArrowSink {
                 Arc::ptr_eq(&t.relation, relation) || same_shape(&t.relation, relation)
             })
         });
-        match reuse {
-            Some(i) => {
-                // A Relation message that repeats the table's relation exactly (pgoutput
-                // resends relations, e.g. in each new decoding session) changes nothing the
-                // table derives from it: adopt it, so later rows take the fast path in `table`.
-                if let Some(t) = self.segments.get_mut(i) {
-                    adopt_if_equal(t, relation);
-                }
-                i
+        if let Some(i) = reuse {
+            // A Relation message that repeats the table's relation exactly (pgoutput
+            // resends relations, e.g. in each new decoding session) changes nothing the
+            // table derives from it: adopt it, so later rows take the fast path in `table`.
+            if let Some(t) = self.segments.get_mut(i) {
+                adopt_if_equal(t, relation);
             }
-            None => {
-                // Equal relations give equal tables: reuse the spare's builders, sized
-                // like the last batch, instead of growing fresh ones.
-                let table = match self.spare.remove(&relation.oid) {
-                    Some(mut t) => {
-                        if adopt_if_equal(&mut t, relation) {
-                            t
-                        } else {
-                            ChangeTable::new(Arc::clone(relation), self.binary)
-                        }
+            i
+        } else {
+            // Equal relations give equal tables: reuse the spare's builders, sized
+            // like the last batch, instead of growing fresh ones.
+            let table = match self.spare.remove(&relation.oid) {
+                Some(mut t) => {
+                    if adopt_if_equal(&mut t, relation) {
+                        t
+                    } else {
+                        ChangeTable::new(Arc::clone(relation), self.binary)
                     }
-                    None => ChangeTable::new(Arc::clone(relation), self.binary),
-                };
-                self.segments.push(table);
-                let i = self.segments.len() - 1;
-                self.current.insert(relation.oid, i);
-                i
-            }
+                }
+                None => ChangeTable::new(Arc::clone(relation), self.binary),
+            };
+            self.segments.push(table);
+            let i = self.segments.len() - 1;
+            self.current.insert(relation.oid, i);
+            i
         }
     }
 

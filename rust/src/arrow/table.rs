@@ -84,7 +84,7 @@ fn data_fields(relation: &Relation) -> Fields {
         .collect()
 }
 
-/// The Arrow schema of a relation's change table (CONTRACT section 3).
+/// The Arrow schema of a relation's change table (docs/change-tables.md).
 pub fn change_table_schema(relation: &Relation) -> SchemaRef {
     let data = data_fields(relation);
     let mut fields: Vec<Field> = data.iter().map(|f| f.as_ref().clone()).collect();
@@ -315,7 +315,7 @@ impl ChangeTable {
             arrays.push(b.finish(&mut self.recycler)?);
         }
         let (before, before_kind) = self.finish_before(rows)?;
-        let change_type = self.finish_change_type()?;
+        let change_type = self.finish_change_type();
         let recycler = &mut self.recycler;
         let names = self.unchanged_names.finish(recycler);
         let end = self.unchanged.values.last().copied().unwrap_or(0);
@@ -396,7 +396,7 @@ impl ChangeTable {
     }
 
     /// `_change_type`.
-    fn finish_change_type(&mut self) -> Result<ArrayRef, ArrowError> {
+    fn finish_change_type(&mut self) -> ArrayRef {
         let kinds = &mut self.change_kinds;
         let rows = kinds.len();
         let uniform = kinds
@@ -407,7 +407,7 @@ impl ChangeTable {
             for kind in kinds.drain(..) {
                 push_name(&mut self.change_type, kind.name());
             }
-            return Ok(self.change_type.finish(&mut self.recycler));
+            return self.change_type.finish(&mut self.recycler);
         };
         kinds.clear();
         let same = match self.same_change_type.take() {
@@ -422,7 +422,7 @@ impl ChangeTable {
         };
         let sliced = same.slice(0, rows);
         self.same_change_type = Some((kind, same));
-        Ok(sliced)
+        sliced
     }
 
     /// `_before` and `_before_kind`.
@@ -544,14 +544,13 @@ fn null_column(data_type: &DataType, len: usize) -> Result<ArrayRef, ArrowError>
     let children = fields
         .iter()
         .map(|f| match (f.is_nullable(), f.data_type()) {
-            (true, dt) => null_column(dt, len),
             (false, DataType::Int32) => {
                 Ok(Arc::new(arrow_array::Int32Array::from(vec![0; len])) as ArrayRef)
             }
             (false, DataType::Int64) => {
                 Ok(Arc::new(arrow_array::Int64Array::from(vec![0; len])) as ArrayRef)
             }
-            (false, dt) => null_column(dt, len),
+            (_, dt) => null_column(dt, len),
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Arc::new(StructArray::try_new_with_length(

@@ -5,7 +5,7 @@
 //! column was added or dropped, between two changes. When such rows are presented under
 //! one schema (the segments of a batch merged, or a batch applied to a copy that has more
 //! columns), a column a change did not carry has no value for that row: it is not NULL.
-//! CONTRACT section 3 says such a column is listed in `_unchanged` (its value is null
+//! The change-table schema says such a column is listed in `_unchanged` (its value is null
 //! there, never a made-up value), so a consumer keeps the value it holds, as PostgreSQL's
 //! own subscriber does.
 //!

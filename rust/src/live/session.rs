@@ -1,28 +1,21 @@
 //! One streaming replication session: `START_REPLICATION … LOGICAL` on a slot, pgoutput
 //! decoded into change tables, batches cut at the consumer's limits.
 //!
-//! Bookkeeping (all LSNs are WAL positions as u64):
-//! * `boundary`: the end of the last transaction fed completely (its Commit's `end_lsn`),
-//!   or a point the server said it has passed while nothing was open. A batch's LSN is the
-//!   boundary when it is cut. Batches respect the row, byte and time limits even inside
-//!   a transaction (memory stays bounded); the rows of a transaction that spans batches
-//!   only count as acked once a batch carrying an LSN past its Commit is acked. After a
-//!   restart such a partly acked transaction comes again in full (at-least-once); its
-//!   rows keep their `(_commit_lsn, _tx_ordinal)`, and none has a `_commit_lsn` at or
-//!   below an acked LSN.
-//! * `acked`: the highest batch LSN the consumer acked. It is the only *flush* position
-//!   ever reported to the server — except when the consumer is idle with nothing un-acked:
-//!   then the position the server reports as sent (keepalive `wal_end`) is confirmed too,
-//!   so a slot on quiet tables does not pin WAL forever. A walsender busy decoding WAL of
-//!   other tables sends no keepalives of its own, so an idle session asks for one every
-//!   [`IDLE_POSITION_INTERVAL`].
-//! * held transactions: a streamed transaction still open does not stop the boundary
-//!   (the server re-sends it in full after a restart, since its commit lies beyond any
-//!   confirmed point), but a prepared transaction held for its COMMIT PREPARED does: once
-//!   confirmed past its PREPARE, the server would not send its changes again.
+//! The session does the I/O: it reads XLogData and keepalives, feeds the decoder, sends
+//! standby status updates and hands out batches. Which LSN a batch carries, what is
+//! reported as flushed (only what the consumer acked, or a position confirmed on its
+//! behalf while it was idle), when a status update goes out and when a batch is cut is
+//! decided by [`super::progress`], from what the session tells it.
+//!
+//! A batch ends inside a transaction when it reaches its limits there; its LSN is still
+//! the end of the last complete transaction. After a restart such a partly acked
+//! transaction comes again in full (at-least-once); its rows keep their
+//! `(_commit_lsn, _tx_ordinal)`, and none has a `_commit_lsn` at or below an acked LSN.
+//! Within one run, a new session skips the rows an earlier one already handed out
+//! ([`StartOptions::skip_through`]).
 //!
 //! A committed streamed or prepared transaction (millions of rows, perhaps held on disk,
-//! see [`crate::held`]) is delivered a chunk at a time between the batch checks, not in
+//! see [`crate::decoder`]) is delivered a chunk at a time between the batch checks, not in
 //! one go: batches stay bounded, and the socket is not read meanwhile, so the server waits
 //! instead of the session buffering. A slow consumer holds the whole pipeline back the
 //! same way: nothing is read ahead of what it polls for.
@@ -38,17 +31,17 @@ use std::time::{Duration, Instant};
 
 use arrow_schema::ArrowError;
 
+use super::progress::{Outstanding, Progress};
 use crate::arrow::{ArrowSink, Segment};
+use crate::decoder::SpillConfig;
 use crate::decoder::{Decoder, DecoderConfig};
-use crate::error::{DecodeError, Reason};
-use crate::held::SpillConfig;
+use crate::error::{DecodeError, FeedError, MessageKind, Reason};
 use crate::pg::{ConnParams, Connection, PgError, ReplicationMessage, ReplicationStream};
+use crate::protocol;
 use crate::relation::BaseType;
 use crate::sink::{EventMeta, EventRef, EventSink};
 
-/// How often a session idle with nothing un-acked asks the server for its position (a
-/// status update requesting a reply), to confirm it on the consumer's behalf.
-pub const IDLE_POSITION_INTERVAL: Duration = Duration::from_secs(1);
+pub use super::progress::{BatchLimits, Stop, IDLE_POSITION_INTERVAL};
 
 /// Messages of a committed held transaction delivered between two looks at the batch
 /// limits, the clock and the status interval.
@@ -86,53 +79,6 @@ pub struct StartOptions {
     pub spill: SpillConfig,
 }
 
-/// When a batch is cut.
-#[derive(Debug, Clone, Copy)]
-pub struct BatchLimits {
-    pub max_rows: usize,
-    /// Payload bytes of the pgoutput messages that went into the batch.
-    pub max_bytes: usize,
-    /// Time since the batch's first message.
-    pub max_wait: Duration,
-    /// Stop once every transaction committed up to this LSN has been delivered.
-    pub until_lsn: Option<u64>,
-    /// Stop after this long without any message from the stream.
-    pub idle_timeout: Option<Duration>,
-}
-
-/// Why `poll` returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stop {
-    /// Nothing to hand out yet; call again (the call returns at least this often so the
-    /// caller can look at signals).
-    Pending,
-    /// The batch reached `max_rows` or `max_bytes`.
-    Full,
-    /// The batch's first message is `max_wait` old.
-    Waited,
-    /// Everything committed up to `until_lsn` is in this or earlier batches: stop.
-    UntilLsn,
-    /// `idle_timeout` passed without a message: stop.
-    Idle,
-}
-
-impl Stop {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Full => "full",
-            Self::Waited => "waited",
-            Self::UntilLsn => "until_lsn",
-            Self::Idle => "idle",
-        }
-    }
-
-    /// The stream is over.
-    pub fn is_final(self) -> bool {
-        matches!(self, Self::UntilLsn | Self::Idle)
-    }
-}
-
 /// One poll's result: the rows cut into a batch (empty for `Pending`) and its LSN.
 #[derive(Debug)]
 pub struct Polled {
@@ -146,7 +92,7 @@ pub enum LiveError {
     #[error(transparent)]
     Pg(#[from] PgError),
     #[error(transparent)]
-    Decode(DecodeError),
+    Decode(FeedError),
     /// Rows whose values the change tables cannot hold (the first, and how many).
     #[error("{first} ({count} row(s) rejected)")]
     Values { first: DecodeError, count: usize },
@@ -222,37 +168,14 @@ pub struct LiveSession {
     decoder: Decoder,
     sink: ArrowSink,
     value_errors: Vec<DecodeError>,
-    status_interval: Duration,
-    boundary: u64,
-    acked: u64,
-    /// Confirmed on the consumer's behalf while it was idle with nothing un-acked.
-    idle_confirmed: u64,
-    /// The highest WAL position received (reported as *write*).
-    received: u64,
-    /// The boundary handed out with the last batch.
-    delivered: u64,
+    /// LSNs, status updates, batch and time-out bookkeeping.
+    progress: Progress,
     /// See [`StartOptions::skip_through`].
     skip_through: Option<(u64, u64)>,
     /// `(commit_lsn, tx_ordinal)` of the last row appended.
     last_row: Option<(u64, u64)>,
     /// The last batch ended inside a transaction, after this row.
     partial: Option<(u64, u64)>,
-    last_status: Instant,
-    last_message: Instant,
-    /// When the consumer handed control back after its last batch: `idle_timeout` counts
-    /// from here at the earliest, so time the consumer spends on a batch (while messages
-    /// wait unread in the socket) never counts as idle.
-    resumed: Instant,
-    /// A batch was handed out and the consumer has not polled since.
-    handed_out: bool,
-    last_reply_request: Instant,
-    /// When the server last sent anything (keepalives included).
-    last_heard: Instant,
-    /// A reply was requested while the server was silent, at this time.
-    ping_sent: Option<Instant>,
-    stall_timeout: Option<Duration>,
-    batch_started: Option<Instant>,
-    batch_bytes: usize,
 }
 
 /// `"a","b"`: the `publication_names` option value (identifiers, each double-quoted).
@@ -264,9 +187,27 @@ fn quoted_names(names: &[String]) -> String {
         .join(",")
 }
 
-fn be_u64(bytes: &[u8], at: usize) -> Option<u64> {
-    let field = bytes.get(at..at + 8)?;
-    Some(u64::from_be_bytes(field.try_into().ok()?))
+/// The final LSN of the transaction `data` begins, when `data` is a whole Begin message
+/// (a malformed one is left to the decoder to report).
+fn begin_final_lsn(data: &[u8]) -> Option<u64> {
+    // The tag is looked at first: this runs for every message while `until` is set.
+    if protocol::message_kind(data) != Some(MessageKind::Begin) {
+        return None;
+    }
+    protocol::parse_begin(data)
+        .ok()
+        .map(|begin| begin.final_lsn)
+}
+
+/// What `decoder` and `sink` hold right now (a function of the two fields, so it can be
+/// called while a message borrowed from the stream is in hand).
+fn outstanding(sink: &ArrowSink, decoder: &Decoder) -> Outstanding {
+    Outstanding {
+        rows: sink.rows(),
+        in_transaction: decoder.in_transaction(),
+        pending_transactions: decoder.pending_transactions(),
+        prepared_transactions: decoder.prepared_transactions(),
+    }
 }
 
 impl LiveSession {
@@ -299,31 +240,21 @@ impl LiveSession {
         })
         .with_spill(options.spill.clone());
         decoder.extend_type_catalog(types);
-        let now = Instant::now();
         Ok(Self {
             stream: Some(stream),
             decoder,
             sink: ArrowSink::new(options.binary),
             value_errors: Vec::new(),
-            status_interval: options.status_interval,
-            boundary: options.start_lsn,
-            acked: options.acked_lsn,
+            progress: Progress::new(
+                options.start_lsn,
+                options.acked_lsn,
+                options.status_interval,
+                options.stall_timeout,
+                Instant::now(),
+            ),
             skip_through: options.skip_through,
             last_row: None,
             partial: None,
-            idle_confirmed: 0,
-            received: options.start_lsn,
-            delivered: options.start_lsn,
-            last_status: now,
-            last_message: now,
-            resumed: now,
-            handed_out: false,
-            last_reply_request: now,
-            last_heard: now,
-            ping_sent: None,
-            stall_timeout: options.stall_timeout,
-            batch_started: None,
-            batch_bytes: 0,
         })
     }
 
@@ -340,11 +271,11 @@ impl LiveSession {
     /// The LSN of the last batch handed out (a transaction boundary): where a new session
     /// resumes without delivering anything twice within this run.
     pub fn delivered_lsn(&self) -> u64 {
-        self.delivered.max(self.idle_confirmed)
+        self.progress.delivered()
     }
 
     pub fn acked_lsn(&self) -> u64 {
-        self.acked
+        self.progress.acked()
     }
 
     /// The last row handed out, when the last batch ended inside a transaction (see
@@ -353,48 +284,28 @@ impl LiveSession {
         self.partial
     }
 
-    fn flush_position(&self) -> u64 {
-        self.acked.max(self.idle_confirmed)
+    /// What the decoder and the sink hold right now.
+    fn outstanding(&self) -> Outstanding {
+        outstanding(&self.sink, &self.decoder)
     }
 
     fn send_status(&mut self, reply_requested: bool) -> Result<(), LiveError> {
-        let flush = self.flush_position();
-        let write = self.received.max(flush);
+        let positions = self.progress.status();
         let stream = self.stream.as_mut().ok_or(LiveError::Closed)?;
-        stream.send_status(write, flush, flush, reply_requested)?;
-        let now = Instant::now();
-        self.last_status = now;
-        if reply_requested {
-            self.last_reply_request = now;
-            if self.ping_sent.is_none() {
-                self.ping_sent = Some(now);
-            }
-        }
+        stream.send_status(
+            positions.write,
+            positions.flush,
+            positions.apply,
+            reply_requested,
+        )?;
+        self.progress.status_sent(Instant::now(), reply_requested);
         Ok(())
     }
 
-    /// Asks the server for a reply once it has been silent for half the stall time-out.
-    fn ping_if_silent(&mut self, now: Instant) -> Result<(), LiveError> {
-        if let Some(stall) = self.stall_timeout {
-            if self.ping_sent.is_none() && now.duration_since(self.last_heard) >= stall / 2 {
-                self.send_status(true)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The server has neither sent anything for the stall time-out nor answered a reply
-    /// request for half of it: the connection is dropped (a graceful end would wait on the
-    /// dead socket) and reported lost.
+    /// Drops the stream (a graceful end would wait on the dead socket) and reports it
+    /// lost when the server has been silent too long (see [`Progress::stalled`]).
     fn check_stalled(&mut self, now: Instant) -> Result<(), LiveError> {
-        let Some(stall) = self.stall_timeout else {
-            return Ok(());
-        };
-        let silent = now.duration_since(self.last_heard);
-        let unanswered = self
-            .ping_sent
-            .is_some_and(|sent| now.duration_since(sent) >= stall / 2);
-        if silent >= stall && unanswered {
+        if let Some(silent) = self.progress.stalled(now) {
             self.stream = None;
             return Err(LiveError::Pg(PgError::connect(format!(
                 "no message from the server for {:.1} s, not even an answer to a status \
@@ -405,56 +316,27 @@ impl LiveSession {
         Ok(())
     }
 
-    /// When the stall checks next need to run.
-    fn stall_wait(&self, now: Instant) -> Option<Duration> {
-        let stall = self.stall_timeout?;
-        let silent = now.duration_since(self.last_heard);
-        Some(match self.ping_sent {
-            None => (stall / 2).saturating_sub(silent),
-            Some(sent) => stall
-                .saturating_sub(silent)
-                .max((stall / 2).saturating_sub(now.duration_since(sent))),
-        })
-    }
-
     /// Sends a status update if none went out for `status_interval`: called from a
     /// keeper thread while the consumer works on a batch (nobody polls then), so the
     /// server's `wal_sender_timeout` does not end the connection under a slow consumer.
     pub fn keep_alive(&mut self) -> Result<(), LiveError> {
-        if self.stream.is_some() && self.last_status.elapsed() >= self.status_interval {
+        if self.stream.is_some() && self.progress.status_due(Instant::now()) {
             self.send_status(false)?;
         }
         Ok(())
     }
 
     pub fn status_interval(&self) -> Duration {
-        self.status_interval
+        self.progress.status_interval()
     }
 
     /// The consumer made everything up to `lsn` durable (a batch LSN): the slot may
     /// advance there. Reported to the server at once.
     pub fn ack(&mut self, lsn: u64) -> Result<(), LiveError> {
-        if lsn > self.acked {
-            self.acked = lsn;
-            if self.stream.is_some() {
-                self.send_status(false)?;
-            }
+        if self.progress.ack(lsn) && self.stream.is_some() {
+            self.send_status(false)?;
         }
         Ok(())
-    }
-
-    /// Nothing is pending on the consumer's side: no rows, no open or held transaction,
-    /// every batch handed out acked (or confirmed on the consumer's behalf before).
-    fn idle_with_nothing_unacked(&self) -> bool {
-        self.sink.rows() == 0
-            && !self.decoder.in_transaction()
-            && self.decoder.pending_transactions() == 0
-            && self.flush_position() >= self.delivered
-            && self.boundary <= self.delivered.max(self.idle_confirmed)
-    }
-
-    fn until_reached(&self, until: Option<u64>) -> bool {
-        until.is_some_and(|u| self.boundary >= u)
     }
 
     fn cut(&mut self, stop: Stop) -> Result<Polled, LiveError> {
@@ -473,13 +355,10 @@ impl LiveSession {
         } else {
             self.partial = None;
         }
-        self.batch_started = None;
-        self.batch_bytes = 0;
-        self.delivered = self.delivered.max(self.boundary);
-        self.handed_out = true;
+        let lsn = self.progress.cut();
         Ok(Polled {
             segments,
-            lsn: self.boundary,
+            lsn,
             stop,
         })
     }
@@ -488,91 +367,41 @@ impl LiveSession {
     /// `slice` passes (then returns `Stop::Pending` without cutting, so the caller can
     /// check for signals and call again).
     pub fn poll(&mut self, limits: &BatchLimits, slice: Duration) -> Result<Polled, LiveError> {
+        let until = limits.until_lsn;
         let poll_start = Instant::now();
-        if std::mem::take(&mut self.handed_out) {
-            self.resumed = poll_start;
-        }
-        if self.until_reached(limits.until_lsn) {
+        self.progress.poll_started(poll_start);
+        if self.progress.until_reached(until) {
             return self.cut(Stop::UntilLsn);
         }
-        if limits.until_lsn.is_some() {
+        if until.is_some() {
             // Learn at once how far the server has got.
             self.send_status(true)?;
         }
         loop {
             let now = Instant::now();
-            // The limits bound every batch, also inside a transaction: the rows of a large
-            // transaction span batches, and only the batch holding its Commit carries an
-            // LSN past it (see the module documentation).
-            if self.sink.rows() >= limits.max_rows.max(1) || self.batch_bytes >= limits.max_bytes {
-                return self.cut(Stop::Full);
+            if let Some(stop) = self.progress.batch_due(now, limits, &self.outstanding()) {
+                return self.cut(stop);
             }
-            if let Some(started) = self.batch_started {
-                // A batch with no rows is cut too when it moves the LSN (the end of a
-                // transaction whose rows went out in earlier batches): the consumer must
-                // get to ack it.
-                let moves_lsn = self.boundary > self.delivered && !self.decoder.in_transaction();
-                if now.duration_since(started) >= limits.max_wait
-                    && (self.sink.rows() > 0 || moves_lsn)
-                {
-                    return self.cut(Stop::Waited);
-                }
-            }
-            let quiet_since = self.last_message.max(self.resumed);
-            if let Some(idle) = limits.idle_timeout {
-                if now.duration_since(quiet_since) >= idle {
-                    return self.cut(Stop::Idle);
-                }
-            }
-            if now.duration_since(self.last_status) >= self.status_interval {
-                self.send_status(false)?;
-            }
-            if now.duration_since(self.last_reply_request) >= IDLE_POSITION_INTERVAL
-                && self.idle_with_nothing_unacked()
-            {
-                self.send_status(true)?;
-            }
-            if limits.until_lsn.is_some()
-                && now.duration_since(self.last_message) >= Duration::from_millis(500)
-                && now.duration_since(self.last_reply_request) >= Duration::from_millis(500)
-            {
-                self.send_status(true)?;
-            }
-            let elapsed = now.duration_since(poll_start);
-            if elapsed >= slice {
+            self.send_due_status(now, until)?;
+            // Wake up for whichever deadline comes first.
+            let Some(wait) = self.progress.read_wait(now, poll_start, slice, limits) else {
                 return Ok(Polled {
                     segments: Vec::new(),
-                    lsn: self.delivered,
+                    lsn: self.progress.pending_lsn(),
                     stop: Stop::Pending,
                 });
+            };
+            if self.progress.ping_due(now) {
+                self.send_status(true)?;
             }
-            // Wake up for whichever deadline comes first.
-            let mut wait = slice - elapsed;
-            wait = wait.min(
-                self.status_interval
-                    .saturating_sub(now.duration_since(self.last_status)),
-            );
-            if let Some(started) = self.batch_started {
-                wait = wait.min(limits.max_wait.saturating_sub(now.duration_since(started)));
-            }
-            if let Some(idle) = limits.idle_timeout {
-                wait = wait.min(idle.saturating_sub(now.duration_since(quiet_since)));
-            }
-            if limits.until_lsn.is_some() {
-                wait = wait.min(Duration::from_millis(500));
-            }
-            self.ping_if_silent(now)?;
-            if let Some(stall) = self.stall_wait(now) {
-                wait = wait.min(stall);
-            }
-            let wait = wait.max(Duration::from_millis(1));
+            let wait = self.progress.bounded_by_stall(now, wait);
 
             if self.decoder.replaying() {
                 // A committed streamed or prepared transaction is being delivered: as much
                 // of it as fits the batch, then the checks above again. The socket is not
                 // read meanwhile, so the server waits (TCP backpressure).
                 let room = limits.max_rows.max(1).saturating_sub(self.sink.rows());
-                if self.replay_some(room.clamp(1, REPLAY_CHUNK), limits)? {
+                if self.replay_some(room.clamp(1, REPLAY_CHUNK), until)? {
                     return self.cut(Stop::UntilLsn);
                 }
                 continue;
@@ -585,56 +414,28 @@ impl LiveSession {
                 self.check_stalled(Instant::now())?;
                 continue;
             };
-            self.last_heard = Instant::now();
-            self.ping_sent = None;
+            self.progress.heard(Instant::now());
             match message {
                 ReplicationMessage::Keepalive {
                     wal_end,
                     reply_requested,
                     ..
                 } => {
-                    self.received = self.received.max(wal_end);
-                    let quiet = self.idle_with_nothing_unacked();
-                    if quiet && wal_end > self.boundary {
-                        // Everything before wal_end that this slot had to send has been
-                        // received and delivered: confirm it on the consumer's behalf.
-                        self.boundary = wal_end;
-                        self.idle_confirmed = self.idle_confirmed.max(wal_end);
-                        self.delivered = self.delivered.max(wal_end);
-                    }
-                    if reply_requested || (quiet && self.idle_confirmed > self.acked) {
-                        self.send_status(false)?;
-                    }
-                    if !self.decoder.in_transaction() && self.until_reached(limits.until_lsn) {
-                        return self.cut(Stop::UntilLsn);
-                    }
-                    if limits.until_lsn.is_some_and(|u| wal_end >= u)
-                        && !self.decoder.in_transaction()
-                    {
-                        // The server has passed `until` and nothing is open: every
-                        // transaction committed before it has been received.
+                    if self.keepalive(wal_end, reply_requested, until)? {
                         return self.cut(Stop::UntilLsn);
                     }
                 }
                 ReplicationMessage::XLogData {
                     wal_start, data, ..
                 } => {
-                    self.last_message = Instant::now();
-                    self.received = self.received.max(wal_start);
-                    // A transaction that commits after `until` is not wanted: the batch is
-                    // cut after its Begin (no row of it is out), so a poll with a later
-                    // `until` goes on with it.
-                    let past_until = match (limits.until_lsn, data.first()) {
-                        (Some(until), Some(b'B')) => {
-                            !self.decoder.in_transaction()
-                                && be_u64(data, 1).is_some_and(|final_lsn| final_lsn > until)
-                        }
-                        _ => false,
-                    };
-                    if self.batch_started.is_none() {
-                        self.batch_started = Some(self.last_message);
-                    }
-                    self.batch_bytes += data.len();
+                    // A Begin is parsed only when its final LSN matters.
+                    let past_until = until.is_some()
+                        && begin_final_lsn(data).is_some_and(|final_lsn| {
+                            let held = outstanding(&self.sink, &self.decoder);
+                            self.progress.begin_is_past_until(final_lsn, until, &held)
+                        });
+                    self.progress
+                        .xlog_data(wal_start, data.len(), Instant::now());
                     let mut tracker = Tracker::new(
                         &mut self.sink,
                         &mut self.value_errors,
@@ -645,14 +446,16 @@ impl LiveSession {
                         .feed_bounded(data, wal_start, &mut tracker)
                         .map_err(LiveError::Decode)?;
                     let finished = tracker.finished;
-                    let message = data.first() == Some(&b'M');
-                    if past_until || self.transaction_finished(finished, limits) {
+                    let logical_message =
+                        protocol::message_kind(data) == Some(MessageKind::Message);
+                    if past_until || self.transaction_finished(finished, until) {
                         return self.cut(Stop::UntilLsn);
                     }
-                    if limits.until_lsn.is_some() && message && !self.decoder.in_transaction() {
-                        // A message outside a transaction (a snapshot chunk's watermark,
-                        // `pgwire_cdc.incremental`) is often what `until` waits for: ask for
-                        // the server's position now rather than after a quiet half second.
+                    if logical_message
+                        && self
+                            .progress
+                            .position_wanted_after_message(until, &self.outstanding())
+                    {
                         self.send_status(true)?;
                     }
                 }
@@ -660,28 +463,53 @@ impl LiveSession {
         }
     }
 
-    /// A transaction ended (at `finished`, its end LSN): the boundary moves there unless
-    /// a prepared transaction still holds it. True when `until_lsn` is reached.
-    fn transaction_finished(&mut self, finished: Option<u64>, limits: &BatchLimits) -> bool {
+    /// The status updates due at `now`, in this order: the periodic one, a request for
+    /// the server's position while idle, one while waiting for `until` on a quiet stream.
+    fn send_due_status(&mut self, now: Instant, until: Option<u64>) -> Result<(), LiveError> {
+        if self.progress.status_due(now) {
+            self.send_status(false)?;
+        }
+        if self.progress.idle_position_due(now, &self.outstanding()) {
+            self.send_status(true)?;
+        }
+        if self.progress.until_position_due(now, until) {
+            self.send_status(true)?;
+        }
+        Ok(())
+    }
+
+    /// A primary keepalive: answered when it asks for a reply or the session confirmed a
+    /// new position on the consumer's behalf. True when `until` is reached.
+    fn keepalive(
+        &mut self,
+        wal_end: u64,
+        reply_requested: bool,
+        until: Option<u64>,
+    ) -> Result<bool, LiveError> {
+        let held = self.outstanding();
+        let reply = self
+            .progress
+            .keepalive(wal_end, reply_requested, until, &held);
+        if reply.send_status {
+            self.send_status(false)?;
+        }
+        Ok(reply.until_reached)
+    }
+
+    /// A transaction ended (at `finished`, its end LSN): see
+    /// [`Progress::transaction_finished`]. True when `until` is reached.
+    fn transaction_finished(&mut self, finished: Option<u64>, until: Option<u64>) -> bool {
         let Some(end) = finished else {
             return false;
         };
-        if !self.decoder.in_transaction() && self.decoder.prepared_transactions() == 0 {
-            self.boundary = self.boundary.max(end);
-        }
-        self.until_reached(limits.until_lsn)
+        let held = self.outstanding();
+        self.progress.transaction_finished(end, until, &held)
     }
 
     /// Delivers up to `max_messages` of the committed transaction being replayed.
-    /// True when it finished and `until_lsn` is reached.
-    fn replay_some(
-        &mut self,
-        max_messages: usize,
-        limits: &BatchLimits,
-    ) -> Result<bool, LiveError> {
-        if self.batch_started.is_none() {
-            self.batch_started = Some(Instant::now());
-        }
+    /// True when it finished and `until` is reached.
+    fn replay_some(&mut self, max_messages: usize, until: Option<u64>) -> Result<bool, LiveError> {
+        self.progress.replay_started(Instant::now());
         let mut tracker = Tracker::new(
             &mut self.sink,
             &mut self.value_errors,
@@ -693,8 +521,8 @@ impl LiveSession {
             .replay_some(&mut tracker, max_messages)
             .map_err(LiveError::Decode)?;
         let finished = tracker.finished;
-        self.batch_bytes += done.bytes;
-        Ok(self.transaction_finished(finished, limits))
+        self.progress.replayed(done.bytes);
+        Ok(self.transaction_finished(finished, until))
     }
 
     /// Reports the acked position one last time and ends the stream.
@@ -734,8 +562,15 @@ mod tests {
     fn begin_final_lsn_is_read_from_its_field() {
         let mut begin = vec![b'B'];
         begin.extend_from_slice(&0x0000_0001_0000_0010u64.to_be_bytes());
-        assert_eq!(be_u64(&begin, 1), Some(0x0000_0001_0000_0010));
-        begin.truncate(5);
-        assert_eq!(be_u64(&begin, 1), None);
+        begin.extend_from_slice(&42i64.to_be_bytes());
+        begin.extend_from_slice(&7u32.to_be_bytes());
+        assert_eq!(begin_final_lsn(&begin), Some(0x0000_0001_0000_0010));
+        // Not a Begin, or not a whole one: no final LSN (the decoder reports the error).
+        let mut commit = vec![b'C'];
+        commit.extend_from_slice(begin.get(1..).unwrap_or_default());
+        assert_eq!(begin_final_lsn(&commit), None);
+        begin.truncate(9);
+        assert_eq!(begin_final_lsn(&begin), None);
+        assert_eq!(begin_final_lsn(&[]), None);
     }
 }

@@ -188,7 +188,7 @@ pub fn apply_changes(
             match kind {
                 Kind::Truncate => {
                     stats.truncated += 1;
-                    rows.iter_mut().for_each(|r| *r = None);
+                    rows.fill_with(|| None);
                     index.clear();
                 }
                 Kind::Delete => {
@@ -213,12 +213,11 @@ pub fn apply_changes(
                             let patches: Vec<(usize, Src)> = unchanged
                                 .into_iter()
                                 .map(|col| {
-                                    let from = match &previous {
-                                        Some(p) => p.source_of(col),
-                                        None => {
-                                            stats.unknown_values += 1;
-                                            (null_source, 0)
-                                        }
+                                    let from = if let Some(p) = &previous {
+                                        p.source_of(col)
+                                    } else {
+                                        stats.unknown_values += 1;
+                                        (null_source, 0)
                                     };
                                     (col, from)
                                 })

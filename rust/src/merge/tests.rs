@@ -92,9 +92,8 @@ fn rows(batch: &RecordBatch) -> Vec<Image> {
         .collect()
 }
 
-fn run(key: KeyMode, start: &[Image], change: &[Change]) -> (Vec<Image>, ApplyStats) {
-    let (batch, stats) =
-        apply_changes(&schema(), &[base(start)], &[changes(change)], &key).unwrap();
+fn run(key: &KeyMode, start: &[Image], change: &[Change]) -> (Vec<Image>, ApplyStats) {
+    let (batch, stats) = apply_changes(&schema(), &[base(start)], &[changes(change)], key).unwrap();
     (rows(&batch), stats)
 }
 
@@ -105,7 +104,7 @@ fn pk() -> KeyMode {
 #[test]
 fn inserts_updates_deletes_by_key() {
     let (out, stats) = run(
-        pk(),
+        &pk(),
         &[(Some(1), Some("a")), (Some(2), Some("b"))],
         &[
             Change("insert", (Some(3), Some("c")), None, &[]),
@@ -121,7 +120,7 @@ fn inserts_updates_deletes_by_key() {
 #[test]
 fn a_key_change_moves_the_row() {
     let (out, _) = run(
-        pk(),
+        &pk(),
         &[(Some(1), Some("a"))],
         &[Change(
             "update",
@@ -136,7 +135,7 @@ fn a_key_change_moves_the_row() {
 #[test]
 fn unchanged_toast_keeps_the_table_value_through_several_updates() {
     let (out, stats) = run(
-        pk(),
+        &pk(),
         &[(Some(1), Some("big"))],
         &[
             Change("update", (Some(1), None), None, &["doc"]),
@@ -151,7 +150,7 @@ fn unchanged_toast_keeps_the_table_value_through_several_updates() {
 #[test]
 fn unchanged_toast_of_a_row_inserted_in_the_same_table() {
     let (out, _) = run(
-        pk(),
+        &pk(),
         &[],
         &[
             Change("insert", (Some(1), Some("new")), None, &[]),
@@ -164,7 +163,7 @@ fn unchanged_toast_of_a_row_inserted_in_the_same_table() {
 #[test]
 fn an_unknown_row_is_inserted_and_its_unknown_values_counted() {
     let (out, stats) = run(
-        pk(),
+        &pk(),
         &[],
         &[Change("update", (Some(1), None), None, &["doc"])],
     );
@@ -176,7 +175,7 @@ fn an_unknown_row_is_inserted_and_its_unknown_values_counted() {
 fn a_repeated_insert_replaces_the_row() {
     // At-least-once delivery may repeat an insert; the key holds one row.
     let (out, _) = run(
-        pk(),
+        &pk(),
         &[(Some(1), Some("a"))],
         &[Change("insert", (Some(1), Some("b")), None, &[])],
     );
@@ -186,7 +185,7 @@ fn a_repeated_insert_replaces_the_row() {
 #[test]
 fn truncate_empties_then_later_rows_count() {
     let (out, stats) = run(
-        pk(),
+        &pk(),
         &[(Some(1), Some("a")), (Some(2), Some("b"))],
         &[
             Change("insert", (Some(3), Some("c")), None, &[]),
@@ -202,7 +201,7 @@ fn truncate_empties_then_later_rows_count() {
 fn multiset_matches_whole_rows_one_at_a_time() {
     let dup = (Some(1), Some("x"));
     let (out, stats) = run(
-        KeyMode::Multiset,
+        &KeyMode::Multiset,
         &[dup, dup, (Some(2), None)],
         &[
             Change("update", (Some(1), Some("y")), Some(dup), &[]),

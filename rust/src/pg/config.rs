@@ -14,7 +14,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::dsn::{ChannelBindingMode, ConnParams, SslMode};
+use super::dsn::{masked, ChannelBindingMode, ConnParams, SslMode, HIDDEN};
 use super::error::PgError;
 use super::pgpass;
 
@@ -24,13 +24,40 @@ pub const DEFAULT_PORT: u16 = 5432;
 
 /// The process environment, captured so that resolution is testable without touching
 /// the real one.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Environment {
     pub vars: HashMap<String, String>,
     pub home: Option<PathBuf>,
     pub os_user: Option<String>,
     /// `DEFAULT_SOCKET_DIR` when it exists on this machine.
     pub default_socket_dir: Option<PathBuf>,
+}
+
+/// The variables holding a password: `Debug` shows only that they are set.
+const SECRET_VARS: &[&str] = &["PGPASSWORD"];
+
+// By hand, so that `{:?}` cannot print `PGPASSWORD`.
+impl std::fmt::Debug for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let vars: std::collections::BTreeMap<&str, &str> = self
+            .vars
+            .iter()
+            .map(|(name, value)| {
+                let shown = if SECRET_VARS.contains(&name.as_str()) {
+                    HIDDEN
+                } else {
+                    value.as_str()
+                };
+                (name.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("Environment")
+            .field("vars", &vars)
+            .field("home", &self.home)
+            .field("os_user", &self.os_user)
+            .field("default_socket_dir", &self.default_socket_dir)
+            .finish()
+    }
 }
 
 impl Environment {
@@ -96,7 +123,7 @@ impl std::fmt::Debug for Target {
             .field("host", &self.host)
             .field("addr", &self.addr)
             .field("port", &self.port)
-            .field("password", &self.password.as_ref().map(|_| "<hidden>"))
+            .field("password", &masked(self.password.as_ref()))
             .finish()
     }
 }

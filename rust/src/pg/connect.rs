@@ -2,6 +2,17 @@
 //! session's initial parameters (protocol chapter, "Start-up" and "SSL Session
 //! Encryption").
 //!
+//! [`connect`] is the only way to open a connection: it applies the environment, the
+//! password file and the defaults to the connection string (`config::resolve`), tries
+//! each host, and returns the pieces of a logged-in session ([`Established`]) for
+//! `Connection` to hold. [`after_login`] is its last step on its own, for a socket the
+//! fuzz targets have already taken through the login. This module knows nothing of
+//! `Connection`; the dependency runs one way, from `connection.rs` to here.
+//!
+//! Start-up, once the login succeeded: the server reports its run-time parameters
+//! (ParameterStatus: `server_version`, `client_encoding`, `TimeZone`, ...), the backend's
+//! process id and cancel key (BackendKeyData), then ReadyForQuery.
+//!
 //! TLS starts with an SSLRequest (an 8-byte packet with code 80877103); the server answers
 //! one unframed byte, `S` (go ahead with the handshake) or `N` (no TLS). Exactly one byte
 //! is read there, so nothing an attacker injects before the handshake can end up in the
@@ -20,9 +31,8 @@ use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
 use super::auth::{self, Login};
 use super::backend;
-use super::config::{Settings, Target, TargetAddr};
-use super::connection::Connection;
-use super::dsn::SslMode;
+use super::config::{self, Environment, Settings, Target, TargetAddr};
+use super::dsn::{ConnParams, SslMode};
 use super::error::PgError;
 use super::io::{io_error, Stream, Wire};
 use super::tls;
@@ -36,10 +46,50 @@ enum TlsUse {
     Required,
 }
 
+/// A logged-in session as the start-up leaves it: the wire just after the first
+/// ReadyForQuery (no time-outs set), and what the server reported on the way.
+pub(crate) struct Established {
+    pub(crate) wire: Wire,
+    pub(crate) parameters: Parameters,
+    /// `server_version` as a number (see [`parse_server_version`]).
+    pub(crate) server_version_num: u32,
+    pub(crate) backend_pid: u32,
+}
+
+/// The run-time parameters the server reported (ParameterStatus), first at start-up and
+/// later whenever a command changes one (`SET TimeZone ...`).
+#[derive(Debug, Default)]
+pub(crate) struct Parameters(Vec<(String, String)>);
+
+impl Parameters {
+    /// Records a reported value, replacing an earlier one of the same name.
+    pub(crate) fn set(&mut self, name: String, value: String) {
+        match self.0.iter_mut().find(|(n, _)| *n == name) {
+            Some(entry) => entry.1 = value,
+            None => self.0.push((name, value)),
+        }
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Opens a connection with `params` (environment variables, the password file and
+/// defaults applied as libpq does). `replication` asks for a logical walsender.
+pub(crate) fn connect(params: &ConnParams, replication: bool) -> Result<Established, PgError> {
+    let env = Environment::from_process();
+    let settings = config::resolve(params, &env)?;
+    connect_resolved(&settings, replication)
+}
+
 /// Tries each target in turn (libpq's multi-host behaviour): a server that cannot be
 /// reached or fails the TLS setup moves on to the next; a refused login or a configuration
 /// error stops, as the remaining hosts would refuse the same credentials.
-pub(crate) fn connect(settings: &Settings, replication: bool) -> Result<Connection, PgError> {
+fn connect_resolved(settings: &Settings, replication: bool) -> Result<Established, PgError> {
     let mut last = None;
     for target in &settings.targets {
         match connect_target(settings, target, replication) {
@@ -55,7 +105,7 @@ fn connect_target(
     settings: &Settings,
     target: &Target,
     replication: bool,
-) -> Result<Connection, PgError> {
+) -> Result<Established, PgError> {
     if matches!(target.addr, TargetAddr::Unix(_)) {
         return attempt(settings, target, replication, TlsUse::Plain, None);
     }
@@ -115,7 +165,7 @@ fn attempt(
     replication: bool,
     tls_use: TlsUse,
     tls_config: Option<Arc<ClientConfig>>,
-) -> Result<Connection, PgError> {
+) -> Result<Established, PgError> {
     let timeout = settings.connect_timeout;
     let mut stream = open_socket(target, timeout)?;
     if let (Some(config), Stream::Tcp(_)) = (tls_config, &stream) {
@@ -156,9 +206,11 @@ fn attempt(
         channel_binding: settings.channel_binding,
     };
     auth::authenticate(&mut wire, &login)?;
-    let mut conn = Connection::after_login(wire)?;
-    conn.set_timeouts(None)?;
-    Ok(conn)
+    // Still under the connect time-out: a server that stalls before ReadyForQuery is a
+    // failed attempt like one that stalls during the login.
+    let mut established = after_login(wire)?;
+    established.wire.set_timeouts(None)?;
+    Ok(established)
 }
 
 /// A connected TCP (TCP_NODELAY: status updates and queries are small and must not wait
@@ -192,7 +244,7 @@ fn open_socket(target: &Target, timeout: Option<Duration>) -> Result<Stream, PgE
                 last = Some(PgError::io(
                     &format!("connection to {} ({addr}) failed", target.describe()),
                     e,
-                ))
+                ));
             }
         }
     }
@@ -271,11 +323,24 @@ fn negotiate_tls(
     Ok(Stream::Tls(Box::new(tls)))
 }
 
+/// Reads the start-up messages that follow AuthenticationOk.
+pub(crate) fn after_login(mut wire: Wire) -> Result<Established, PgError> {
+    let mut parameters = Parameters::default();
+    let (backend_pid, _cancel_key) = read_startup(&mut wire, &mut parameters)?;
+    let server_version_num = parameters
+        .get("server_version")
+        .and_then(parse_server_version)
+        .ok_or_else(|| PgError::protocol("the server did not report a usable server_version"))?;
+    Ok(Established {
+        wire,
+        parameters,
+        server_version_num,
+        backend_pid,
+    })
+}
+
 /// Reads the rest of the start-up: ParameterStatus, BackendKeyData, then ReadyForQuery.
-pub(crate) fn read_startup(
-    wire: &mut Wire,
-    mut on_parameter: impl FnMut(String, String),
-) -> Result<(u32, Vec<u8>), PgError> {
+fn read_startup(wire: &mut Wire, parameters: &mut Parameters) -> Result<(u32, Vec<u8>), PgError> {
     let mut key = (0, Vec::new());
     loop {
         let frame = wire.frame()?;
@@ -283,7 +348,7 @@ pub(crate) fn read_startup(
         match frame.tag {
             backend::PARAMETER_STATUS => {
                 let (name, value) = backend::parameter_status(body)?;
-                on_parameter(name, value);
+                parameters.set(name, value);
             }
             backend::BACKEND_KEY_DATA => key = backend::backend_key_data(body)?,
             backend::NOTICE_RESPONSE => {}
@@ -298,5 +363,69 @@ pub(crate) fn read_startup(
                 )))
             }
         }
+    }
+}
+
+/// `server_version` to `server_version_num`: "15.4 (Debian 15.4-1)" -> 150004,
+/// "18beta1" -> 180000, "9.6.3" -> 90603; `None` for a number beyond `u32`.
+pub(crate) fn parse_server_version(text: &str) -> Option<u32> {
+    let version = text.split_whitespace().next()?;
+    let mut numbers = version.split('.').map(|part| {
+        let digits: String = part.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse::<u32>().ok()
+    });
+    let major = numbers.next()??;
+    let second = numbers.next().flatten().unwrap_or(0);
+    let num = if major >= 10 {
+        major.checked_mul(10_000)?.checked_add(second)?
+    } else {
+        let third = numbers.next().flatten().unwrap_or(0);
+        (major * 10_000)
+            .checked_add(second.checked_mul(100)?)?
+            .checked_add(third)?
+    };
+    Some(num)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)]
+    use super::{parse_server_version, Parameters};
+
+    #[test]
+    fn server_versions() {
+        assert_eq!(
+            parse_server_version("15.4 (Debian 15.4-1.pgdg120+1)"),
+            Some(150_004)
+        );
+        assert_eq!(parse_server_version("18.1"), Some(180_001));
+        assert_eq!(parse_server_version("18beta1"), Some(180_000));
+        assert_eq!(parse_server_version("17devel"), Some(170_000));
+        assert_eq!(parse_server_version("9.6.3"), Some(90_603));
+        assert_eq!(parse_server_version(""), None);
+        assert_eq!(parse_server_version("x"), None);
+    }
+
+    /// Found by the backend_messages fuzz target: a version number too large for u32
+    /// overflowed (a panic in debug builds, a wrapped number in release builds).
+    #[test]
+    fn huge_server_versions_are_refused() {
+        assert_eq!(parse_server_version("430000"), None);
+        assert_eq!(parse_server_version("429496.7296"), None);
+        assert_eq!(parse_server_version("429496.7295"), Some(u32::MAX));
+        assert_eq!(parse_server_version("9.42949673.0"), None);
+        assert_eq!(parse_server_version("9.0.4294967295"), None);
+        assert_eq!(parse_server_version("4294967295"), None);
+    }
+
+    #[test]
+    fn a_reported_parameter_replaces_the_earlier_value() {
+        let mut parameters = Parameters::default();
+        parameters.set("TimeZone".into(), "UTC".into());
+        parameters.set("server_version".into(), "18.1".into());
+        parameters.set("TimeZone".into(), "Europe/Berlin".into());
+        assert_eq!(parameters.get("TimeZone"), Some("Europe/Berlin"));
+        assert_eq!(parameters.get("server_version"), Some("18.1"));
+        assert_eq!(parameters.get("timezone"), None);
     }
 }

@@ -9,13 +9,15 @@
 //! COPY TO STDOUT: CopyOutResponse, CopyData*, CopyDone, CommandComplete `COPY n`,
 //! ReadyForQuery. Each CopyData payload is handed to the caller as a slice of the read
 //! buffer.
-
-use std::time::Duration;
+//!
+//! A `Connection` is made from what `connect.rs` hands over once the start-up is done
+//! (the wire, the reported parameters, the backend's process id); this module does no
+//! socket, TLS or login work of its own.
 
 use postgres_protocol::message::frontend;
 
 use super::backend;
-use super::connect;
+use super::connect::{self, Established, Parameters};
 use super::dsn::ConnParams;
 use super::error::PgError;
 use super::io::Wire;
@@ -24,7 +26,7 @@ use super::io::Wire;
 /// mode.
 pub struct Connection {
     pub(crate) wire: Wire,
-    parameters: Vec<(String, String)>,
+    parameters: Parameters,
     server_version_num: u32,
     backend_pid: u32,
     /// Why the connection can no longer be used, once it cannot.
@@ -45,35 +47,28 @@ impl Connection {
     /// Connects with `params` (environment variables, the password file and defaults
     /// applied as libpq does). `replication` opens a logical walsender connection.
     pub fn connect(params: &ConnParams, replication: bool) -> Result<Connection, PgError> {
-        let env = super::config::Environment::from_process();
-        let settings = super::config::resolve(params, &env)?;
-        connect::connect(&settings, replication)
+        connect::connect(params, replication).map(Connection::new)
     }
 
     /// Reads the start-up messages after AuthenticationOk.
-    pub(crate) fn after_login(mut wire: Wire) -> Result<Connection, PgError> {
-        let mut parameters = Vec::new();
-        let (backend_pid, _cancel_key) = connect::read_startup(&mut wire, |name, value| {
-            set_parameter(&mut parameters, name, value);
-        })?;
-        let server_version_num = parameters
-            .iter()
-            .find(|(n, _)| n == "server_version")
-            .and_then(|(_, v)| parse_server_version(v))
-            .ok_or_else(|| {
-                PgError::protocol("the server did not report a usable server_version")
-            })?;
-        Ok(Connection {
+    pub(crate) fn after_login(wire: Wire) -> Result<Connection, PgError> {
+        connect::after_login(wire).map(Connection::new)
+    }
+
+    fn new(established: Established) -> Connection {
+        let Established {
+            wire,
+            parameters,
+            server_version_num,
+            backend_pid,
+        } = established;
+        Connection {
             wire,
             parameters,
             server_version_num,
             backend_pid,
             broken: None,
-        })
-    }
-
-    pub(crate) fn set_timeouts(&mut self, timeout: Option<Duration>) -> Result<(), PgError> {
-        self.wire.set_timeouts(timeout)
+        }
     }
 
     /// `server_version` as a number: 150004 for 15.4, 180001 for 18.1, 90603 for 9.6.3.
@@ -84,10 +79,7 @@ impl Connection {
     /// A run-time parameter the server reported (ParameterStatus), e.g. `server_version`,
     /// `client_encoding`, `TimeZone`, `integer_datetimes`.
     pub fn parameter(&self, name: &str) -> Option<&str> {
-        self.parameters
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        self.parameters.get(name)
     }
 
     pub fn ssl_in_use(&self) -> bool {
@@ -147,7 +139,12 @@ impl Connection {
             match frame.tag {
                 backend::ROW_DESCRIPTION => rows.clear(),
                 backend::DATA_ROW => rows.push(backend::data_row(body)?),
-                backend::COMMAND_COMPLETE | backend::EMPTY_QUERY_RESPONSE => {}
+                // A COPY TO STDOUT sent through simple_query: its data is dropped.
+                backend::COMMAND_COMPLETE
+                | backend::EMPTY_QUERY_RESPONSE
+                | backend::COPY_OUT_RESPONSE
+                | backend::COPY_DATA
+                | backend::COPY_DONE => {}
                 backend::ERROR_RESPONSE => {
                     error = Some(PgError::from_server(backend::error_fields(body)?, false));
                 }
@@ -168,9 +165,6 @@ impl Connection {
                     .map_err(|e| PgError::protocol(e.to_string()))?;
                     self.wire.flush()?;
                 }
-                backend::COPY_OUT_RESPONSE | backend::COPY_DATA | backend::COPY_DONE => {
-                    // A COPY TO STDOUT sent through simple_query: its data is dropped.
-                }
                 backend::COPY_BOTH_RESPONSE => {
                     self.broken = Some("a replication stream was started with simple_query");
                     return Err(PgError::protocol(
@@ -180,7 +174,7 @@ impl Connection {
                 backend::PARAMETER_STATUS => {
                     // `SET TimeZone` and the like report the new value.
                     let (name, value) = backend::parameter_status(body)?;
-                    set_parameter(&mut self.parameters, name, value);
+                    self.parameters.set(name, value);
                 }
                 tag if backend::is_asynchronous(tag) => {}
                 tag => {
@@ -266,65 +260,5 @@ impl Connection {
         frontend::terminate(&mut self.wire.out);
         // The server may already be gone; closing must not fail.
         let _ = self.wire.flush();
-    }
-}
-
-fn set_parameter(parameters: &mut Vec<(String, String)>, name: String, value: String) {
-    match parameters.iter_mut().find(|(n, _)| *n == name) {
-        Some(entry) => entry.1 = value,
-        None => parameters.push((name, value)),
-    }
-}
-
-/// `server_version` to `server_version_num`: "15.4 (Debian 15.4-1)" -> 150004,
-/// "18beta1" -> 180000, "9.6.3" -> 90603; `None` for a number beyond `u32`.
-pub(crate) fn parse_server_version(text: &str) -> Option<u32> {
-    let version = text.split_whitespace().next()?;
-    let mut numbers = version.split('.').map(|part| {
-        let digits: String = part.chars().take_while(char::is_ascii_digit).collect();
-        digits.parse::<u32>().ok()
-    });
-    let major = numbers.next()??;
-    let second = numbers.next().flatten().unwrap_or(0);
-    let num = if major >= 10 {
-        major.checked_mul(10_000)?.checked_add(second)?
-    } else {
-        let third = numbers.next().flatten().unwrap_or(0);
-        (major * 10_000)
-            .checked_add(second.checked_mul(100)?)?
-            .checked_add(third)?
-    };
-    Some(num)
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)]
-    use super::parse_server_version;
-
-    #[test]
-    fn server_versions() {
-        assert_eq!(
-            parse_server_version("15.4 (Debian 15.4-1.pgdg120+1)"),
-            Some(150_004)
-        );
-        assert_eq!(parse_server_version("18.1"), Some(180_001));
-        assert_eq!(parse_server_version("18beta1"), Some(180_000));
-        assert_eq!(parse_server_version("17devel"), Some(170_000));
-        assert_eq!(parse_server_version("9.6.3"), Some(90_603));
-        assert_eq!(parse_server_version(""), None);
-        assert_eq!(parse_server_version("x"), None);
-    }
-
-    /// Found by the backend_messages fuzz target: a version number too large for u32
-    /// overflowed (a panic in debug builds, a wrapped number in release builds).
-    #[test]
-    fn huge_server_versions_are_refused() {
-        assert_eq!(parse_server_version("430000"), None);
-        assert_eq!(parse_server_version("429496.7296"), None);
-        assert_eq!(parse_server_version("429496.7295"), Some(u32::MAX));
-        assert_eq!(parse_server_version("9.42949673.0"), None);
-        assert_eq!(parse_server_version("9.0.4294967295"), None);
-        assert_eq!(parse_server_version("4294967295"), None);
     }
 }

@@ -108,6 +108,16 @@ pub struct ConnParams {
     pub startup_parameters: Vec<(String, String)>,
 }
 
+/// What `Debug` shows in place of a password (or of a variable holding one). Every
+/// `Debug` of the client that could meet a password shows this instead, through
+/// [`masked`] for an optional one.
+pub(crate) const HIDDEN: &str = "<hidden>";
+
+/// An optional password as `Debug` shows it: whether there is one, never its text.
+pub(crate) fn masked<T>(password: Option<T>) -> Option<&'static str> {
+    password.map(|_| HIDDEN)
+}
+
 // By hand, so that `{:?}` cannot print the password.
 impl fmt::Debug for ConnParams {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -116,7 +126,7 @@ impl fmt::Debug for ConnParams {
             .field("hostaddr", &self.hostaddr)
             .field("port", &self.port)
             .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| "<hidden>"))
+            .field("password", &masked(self.password.as_ref()))
             .field("dbname", &self.dbname)
             .field("sslmode", &self.sslmode)
             .field("sslrootcert", &self.sslrootcert)
@@ -136,7 +146,7 @@ impl ConnParams {
     pub fn parse(dsn: &str) -> Result<ConnParams, PgError> {
         let mut params = ConnParams::default();
         if let Some(rest) = strip_uri_prefix(dsn) {
-            super::uri::parse_uri(rest, &mut params)?;
+            super::uri::parse_uri(rest, &mut |key, value| params.set(key, value))?;
         } else {
             for (key, value) in parse_keyword_value(dsn)? {
                 params.set(&key, value)?;
@@ -177,7 +187,7 @@ impl ConnParams {
                 self.channel_binding = value
                     .as_deref()
                     .map(ChannelBindingMode::parse)
-                    .transpose()?
+                    .transpose()?;
             }
             "passfile" => self.passfile = value,
             "replication" => {

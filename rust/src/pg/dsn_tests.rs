@@ -26,7 +26,7 @@ fn pairs(input: &str) -> Vec<(String, String)> {
 fn kv(items: &[(&str, &str)]) -> Vec<(String, String)> {
     items
         .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
         .collect()
 }
 
@@ -180,7 +180,7 @@ fn env(vars: &[(&str, &str)]) -> Environment {
     Environment {
         vars: vars
             .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
             .collect::<HashMap<_, _>>(),
         home: Some(PathBuf::from("/nonexistent-home")),
         os_user: Some("osuser".into()),
@@ -190,6 +190,35 @@ fn env(vars: &[(&str, &str)]) -> Environment {
 
 fn settings(dsn: &str, vars: &[(&str, &str)]) -> Settings {
     resolve(&ConnParams::parse(dsn).unwrap(), &env(vars)).unwrap()
+}
+
+/// Every `Debug` on the way from a connection string to a connection attempt masks the
+/// password the same way: the string's, `PGPASSWORD`'s, and the one a target carries.
+#[test]
+fn debug_output_masks_every_password_the_same_way() {
+    let params = ConnParams::parse("host=h user=u password=s3cr3t").unwrap();
+    let shown = format!("{params:?}");
+    assert!(shown.contains("password: Some(\"<hidden>\")"), "{shown}");
+    assert!(!shown.contains("s3cr3t"), "{shown}");
+
+    let environment = env(&[("PGPASSWORD", "s3cr3t"), ("PGUSER", "u")]);
+    let shown = format!("{environment:?}");
+    assert!(shown.contains("\"PGPASSWORD\": \"<hidden>\""), "{shown}");
+    assert!(shown.contains("\"PGUSER\": \"u\""), "{shown}");
+    assert!(!shown.contains("s3cr3t"), "{shown}");
+
+    for s in [
+        settings("host=h password=s3cr3t", &[]),
+        settings("host=h", &[("PGPASSWORD", "s3cr3t")]),
+    ] {
+        let target = &s.targets[0];
+        assert_eq!(target.password.as_deref(), Some("s3cr3t"));
+        let shown = format!("{target:?}");
+        assert!(shown.contains("password: Some(\"<hidden>\")"), "{shown}");
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+    }
+    let unset = settings("host=h", &[]);
+    assert!(format!("{:?}", unset.targets[0]).contains("password: None"));
 }
 
 #[test]

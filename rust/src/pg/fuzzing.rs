@@ -1,4 +1,4 @@
-//! The client's byte-level entry points, opened to the fuzz targets of `tests/fuzz.rs`.
+//! The client's byte-level entry points, opened to the fuzz targets of `tests/fuzz/`.
 //!
 //! The parsers of backend message bodies, of the replication stream's CopyData payloads,
 //! the framing of a socket's bytes into messages, the authentication exchange, percent
@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use super::auth::{self, Login};
 use super::backend;
-use super::connection::{self, Connection};
+use super::connect;
+use super::connection::Connection;
 use super::dsn::{self, ChannelBindingMode};
 use super::error::{PgError, ServerError};
 use super::io::{Frame, Stream, Wire};
@@ -62,7 +63,7 @@ pub fn ready_for_query(body: &[u8]) -> Result<u8, PgError> {
 
 /// `server_version` text to `server_version_num`.
 pub fn server_version_num(text: &str) -> Option<u32> {
-    connection::parse_server_version(text)
+    connect::parse_server_version(text)
 }
 
 /// One CopyData payload of the replication stream: XLogData or a primary keepalive.

@@ -6,10 +6,30 @@
 //!   environment variables, defaults and password file applied at connect time
 //!   (`config.rs`, `pgpass.rs`).
 //! * [`Connection`]: TLS via rustls (`tls.rs`), trust / password / md5 / SCRAM-SHA-256(-PLUS)
-//!   logins (`auth.rs`, `connect.rs`), simple queries and `COPY TO STDOUT`
+//!   logins (`auth.rs`), the start-up (`connect.rs`), simple queries and `COPY TO STDOUT`
 //!   (`connection.rs`).
 //! * [`replication`]: IDENTIFY_SYSTEM, slots, and the COPY BOTH stream of XLogData and
 //!   keepalives.
+//!
+//! There is one way to connect, [`Connection::connect`]; it runs `connect::connect`,
+//! which resolves the settings, opens the socket, negotiates TLS, logs in and reads the
+//! start-up, and returns the pieces `Connection` holds. Dependencies run one way (every
+//! module also uses `error`):
+//!
+//! ```text
+//! replication -> connection, backend
+//! connection  -> connect, backend, io, dsn
+//! connect     -> auth, tls, config, backend, io, dsn
+//! auth        -> tls, backend, io, dsn
+//! tls         -> config, dsn
+//! config      -> dsn, pgpass
+//! dsn         -> uri
+//! uri, io, backend -> (error only)
+//! ```
+//!
+//! (`pgpass` uses nothing; `fuzzing` opens crate-private entry points to the fuzz
+//! targets.) Passwords never reach a log: errors do not quote connection-string values, and every
+//! `Debug` that could meet a password shows `<hidden>` instead (`dsn::masked`).
 //!
 //! Why not tokio-postgres or libpq: the stream must run inside a plain (GIL-releasing)
 //! Python call without an async runtime, and the hot path (a million XLogData frames a

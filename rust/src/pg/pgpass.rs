@@ -50,11 +50,11 @@ pub(crate) fn find(text: &str, key: &PassKey<'_>) -> Option<String> {
         .find_map(|line| {
             let fields = split_line(line)?;
             let (matchers, password) = fields.split_at(4);
-            let matches = matchers
+            let all_match = matchers
                 .iter()
                 .zip(wanted)
                 .all(|(field, value)| field.wildcard || field.text == value);
-            matches.then(|| password.first().map(|f| f.text.clone()).unwrap_or_default())
+            all_match.then(|| password.first().map(|f| f.text.clone()).unwrap_or_default())
         })
 }
 

@@ -91,7 +91,9 @@ pub(crate) fn start_replication_command(
             .iter()
             .map(|(name, value)| format!("{} {}", quote_ident(name), quote_literal(value)))
             .collect();
-        sql.push_str(&format!(" ({})", list.join(", ")));
+        sql.push_str(" (");
+        sql.push_str(&list.join(", "));
+        sql.push(')');
     }
     sql
 }
@@ -157,7 +159,7 @@ impl Connection {
         })
     }
 
-    /// CREATE_REPLICATION_SLOT "name" [TEMPORARY] LOGICAL pgoutput with the new option
+    /// `CREATE_REPLICATION_SLOT "name" [TEMPORARY] LOGICAL pgoutput` with the new option
     /// syntax on PG15+ (`(SNAPSHOT 'export'|'nothing'|'use')`), the old keywords before.
     pub fn create_logical_slot(
         &mut self,
@@ -182,7 +184,7 @@ impl Connection {
         })
     }
 
-    /// DROP_REPLICATION_SLOT "name" [WAIT] (WAIT: block while another session uses it
+    /// `DROP_REPLICATION_SLOT "name" [WAIT]` (WAIT: block while another session uses it
     /// instead of failing).
     pub fn drop_slot(&mut self, name: &str, wait: bool) -> Result<(), PgError> {
         let wait = if wait { " WAIT" } else { "" };

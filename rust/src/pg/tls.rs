@@ -57,11 +57,10 @@ pub(crate) fn client_config(settings: &Settings) -> Result<Arc<ClientConfig>, Pg
             }
         }
         None if verify => {
-            let shown = settings
-                .sslrootcert
-                .as_deref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|| "~/.postgresql/root.crt".into());
+            let shown = settings.sslrootcert.as_deref().map_or_else(
+                || "~/.postgresql/root.crt".into(),
+                |p| p.display().to_string(),
+            );
             return Err(PgError::config(format!(
                 "root certificate file \"{shown}\" does not exist; either provide it \
                  (sslrootcert) or change sslmode to disable server certificate verification"
@@ -257,6 +256,9 @@ pub(crate) fn server_end_point(cert: &[u8]) -> Option<Vec<u8>> {
 /// Reads `Certificate ::= SEQUENCE { tbsCertificate, signatureAlgorithm
 /// AlgorithmIdentifier, signature }` far enough to get the algorithm's OID.
 fn signature_hash(cert: &[u8]) -> Option<EndPointHash> {
+    const RSA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01];
+    const ECDSA_SHA2: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03];
+    const ECDSA_SHA1: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x01];
     let (tag, body, _) = der_tlv(cert)?;
     if tag != 0x30 {
         return None;
@@ -270,9 +272,6 @@ fn signature_hash(cert: &[u8]) -> Option<EndPointHash> {
     if tag != 0x06 {
         return None;
     }
-    const RSA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01];
-    const ECDSA_SHA2: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03];
-    const ECDSA_SHA1: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x01];
     if oid == ECDSA_SHA1 {
         return Some(EndPointHash::Sha256);
     }

@@ -2,12 +2,19 @@
 //! `[user[:password]@]` up to the first `@` before any `/`, then comma-separated
 //! `host[:port]` items (`[v6addr]` in brackets), then `/dbname`, then `?key=value&...`.
 //! Each piece is percent-decoded on its own; `%00` and malformed escapes are errors.
+//!
+//! The parser hands each setting it finds, as a libpq keyword and its decoded value, to
+//! the caller's `set` in the order the URI gives them (`dsn.rs` stores them in a
+//! `ConnParams`); this module knows only keywords, not where they go.
 
-use super::dsn::ConnParams;
 use super::error::PgError;
 
-/// Parses what follows `postgresql://` into `params`.
-pub(crate) fn parse_uri(rest: &str, params: &mut ConnParams) -> Result<(), PgError> {
+/// Parses what follows `postgresql://`, passing every setting to `set` as soon as it is
+/// decoded (so an error of `set` comes before any error later in the URI).
+pub(crate) fn parse_uri(
+    rest: &str,
+    set: &mut dyn FnMut(&str, String) -> Result<(), PgError>,
+) -> Result<(), PgError> {
     let mut p = rest;
 
     // Credentials: only if an '@' comes before the first '/'.
@@ -18,9 +25,9 @@ pub(crate) fn parse_uri(rest: &str, params: &mut ConnParams) -> Result<(), PgErr
             Some((u, pw)) => (u, Some(pw)),
             None => (userinfo, None),
         };
-        params.set("user", decode(user, "user name")?)?;
+        set("user", decode(user, "user name")?)?;
         if let Some(pw) = password {
-            params.set("password", decode(pw, "password")?)?;
+            set("password", decode(pw, "password")?)?;
         }
         p = p.get(at + 1..).unwrap_or_default();
     }
@@ -68,10 +75,10 @@ pub(crate) fn parse_uri(rest: &str, params: &mut ConnParams) -> Result<(), PgErr
         }
     };
     if hosts.iter().any(|h| !h.is_empty()) {
-        params.set("host", hosts.join(","))?;
+        set("host", hosts.join(","))?;
     }
     if ports.iter().any(|port| !port.is_empty()) {
-        params.set("port", ports.join(","))?;
+        set("port", ports.join(","))?;
     }
 
     // Database name: from '/' up to '?'.
@@ -84,7 +91,7 @@ pub(crate) fn parse_uri(rest: &str, params: &mut ConnParams) -> Result<(), PgErr
                 None => (after, None),
             };
             if !db.is_empty() {
-                params.set("dbname", decode(db, "database name")?)?;
+                set("dbname", decode(db, "database name")?)?;
             }
             query = q;
         }
@@ -104,7 +111,7 @@ pub(crate) fn parse_uri(rest: &str, params: &mut ConnParams) -> Result<(), PgErr
             }
             let key = decode(key, "query parameter name")?;
             let value = decode(value, "query parameter value")?;
-            params.set(&key, value)?;
+            set(&key, value)?;
         }
     }
     Ok(())

@@ -1,7 +1,8 @@
 //! pgoutput messages, protocol versions 1 to 4, parsed without copying.
 //!
 //! Reference: PostgreSQL documentation, "Logical Replication Message Formats" (section
-//! 53.9 in PostgreSQL 18) and `src/backend/replication/logical/proto.c`.
+//! 53.9 in PostgreSQL 18), and the server's `logicalrep_write_*` functions that write
+//! these messages.
 //!
 //! Version floors: streaming of in-progress transactions (Stream Start/Stop/Commit/Abort
 //! and the xid prefix on changes inside a streamed block) needs version 2; two-phase
@@ -13,6 +14,10 @@
 //! protocol version, and whether the message sits inside a streamed block (then
 //! Relation, Type, Insert, Update, Delete, Truncate and Message carry the xid of the
 //! (sub)transaction right after the tag).
+//!
+//! [`message_kind`] and [`parse_begin`] serve a caller that must look at a message before
+//! the decoder takes it: the live session reads a Begin's final LSN to stop before a
+//! transaction that commits after the point it was asked to stop at.
 
 mod tuple;
 
@@ -283,6 +288,36 @@ pub fn parse_message_into<'a>(
     parse_any_message(bytes, ctx, tuple)
 }
 
+/// The kind of the message in `bytes`, from its tag byte alone (nothing else is read or
+/// checked); `None` for an empty message or an unknown tag.
+pub fn message_kind(bytes: &[u8]) -> Option<MessageKind> {
+    MessageKind::from_tag(*bytes.first()?)
+}
+
+/// A Begin message on its own, for a caller that must see a transaction's final LSN
+/// before the decoder takes the message. A Begin has the same layout in every protocol
+/// version and never carries a streamed block's xid prefix, so no [`ParseContext`] is
+/// needed. Any other message, or a Begin that is short or over-long, is an error.
+pub fn parse_begin(bytes: &[u8]) -> Result<Begin, DecodeError> {
+    let kind = message_kind(bytes).unwrap_or(MessageKind::Unknown);
+    if kind != MessageKind::Begin {
+        return Err(DecodeError::new(kind, 0, Reason::BadValue { field: "tag" }));
+    }
+    let ctx = ParseContext {
+        proto_version: min_version(kind),
+        in_stream: false,
+    };
+    match parse_any_message(bytes, ctx, Vec::new())? {
+        Message::Begin(begin) => Ok(begin),
+        // The tag said Begin, so the dispatch parsed a Begin.
+        other => Err(DecodeError::new(
+            other.kind(),
+            0,
+            Reason::BadValue { field: "tag" },
+        )),
+    }
+}
+
 /// [`parse_message_into`] for every message, through the dispatch on the tag.
 fn parse_any_message<'a>(
     bytes: &'a [u8],
@@ -373,13 +408,12 @@ fn parse_body<'a>(
             let xid = stream_xid(cur)?;
             let relation = cur.u32("relation OID")?;
             let marker = expect_marker(cur, b"KON", "'K', 'O' or 'N'")?;
-            let old = match marker {
-                b'N' => None,
-                _ => {
-                    let old = (old_kind(marker), parse_tuple(cur)?);
-                    expect_marker(cur, b"N", "'N' (new tuple)")?;
-                    Some(old)
-                }
+            let old = if marker == b'N' {
+                None
+            } else {
+                let old = (old_kind(marker), parse_tuple(cur)?);
+                expect_marker(cur, b"N", "'N' (new tuple)")?;
+                Some(old)
             };
             Message::Update(Update {
                 xid,

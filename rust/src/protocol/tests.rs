@@ -641,3 +641,39 @@ mod insert_fast_path {
         }
     }
 }
+
+/// `parse_begin` reads a Begin as `parse_message` does in every context, and refuses
+/// anything else; `message_kind` names a message by its tag alone.
+#[test]
+fn begin_is_parsed_on_its_own() {
+    let begin = Bytes::tag(b'B').u64(0x0100).u64(5).i32(7);
+    let expected = Begin {
+        final_lsn: 0x100,
+        timestamp: 5,
+        xid: 7,
+    };
+    assert_eq!(parse_begin(&begin.0), Ok(expected.clone()));
+    for ctx in [V1, V4, V4_STREAM] {
+        assert_eq!(parse(&begin, ctx), Ok(Message::Begin(expected.clone())));
+    }
+    assert_eq!(message_kind(&begin.0), Some(MessageKind::Begin));
+
+    let short = Bytes::tag(b'B').u64(1);
+    assert_eq!(
+        parse_begin(&short.0),
+        parse(&short, V1).map(|_| expected.clone())
+    );
+    let long = Bytes::tag(b'B').u64(1).u64(5).i32(7).u8(0);
+    assert_eq!(
+        parse_begin(&long.0).unwrap_err().reason,
+        Reason::TrailingBytes(1)
+    );
+
+    let commit = Bytes::tag(b'C').u8(0).u64(1).u64(2).u64(3);
+    assert_eq!(message_kind(&commit.0), Some(MessageKind::Commit));
+    let err = parse_begin(&commit.0).unwrap_err();
+    assert_eq!((err.kind, err.offset), (MessageKind::Commit, 0));
+    assert_eq!(message_kind(&[]), None);
+    assert_eq!(message_kind(b"X"), None);
+    assert_eq!(parse_begin(&[]).unwrap_err().kind, MessageKind::Unknown);
+}

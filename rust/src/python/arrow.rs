@@ -70,7 +70,7 @@ impl PyArrowStream {
     fn __arrow_c_stream__<'py>(
         &self,
         py: Python<'py>,
-        requested_schema: Option<Bound<'py, PyAny>>,
+        requested_schema: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
         // Schema negotiation is optional in the protocol; the batches keep their schema.
         let _ = requested_schema;

@@ -11,7 +11,7 @@ use pyo3::types::{PyBytes, PyList};
 
 use crate::arrow::ArrowSink;
 use crate::decoder::{Decoder, DecoderConfig};
-use crate::error::{DecodeError, Reason};
+use crate::error::{DecodeError, FeedError, Reason};
 use crate::relation::BaseType;
 use crate::sink::{EventMeta, EventRef, EventSink};
 
@@ -79,7 +79,7 @@ impl EventSink for Outputs<'_> {
 
 impl State {
     /// Decodes one message and, when it decoded, keeps it for `events()`.
-    fn feed(&mut self, message: &[u8], lsn: u64) -> Result<(), DecodeError> {
+    fn feed(&mut self, message: &[u8], lsn: u64) -> Result<(), FeedError> {
         let mut outputs = Outputs {
             tables: self.keep_tables.then_some(&mut self.tables),
             table_errors: &mut self.table_errors,
@@ -232,7 +232,7 @@ impl PyDecoder {
         ) {
             return feed_list(py, &mut state, list, lsn_list);
         }
-        let mut lsn_iter = lsns.map(|l| l.try_iter()).transpose()?;
+        let mut lsn_iter = lsns.map(PyAnyMethods::try_iter).transpose()?;
         for (i, item) in messages.try_iter()?.enumerate() {
             let item = item?;
             let lsn = match lsn_iter.as_mut().and_then(Iterator::next) {

@@ -4,7 +4,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyType};
 
-use crate::error::{DecodeError, Reason};
+use crate::error::{DecodeError, FeedError, Reason, SpillError};
 use crate::pg::PgError;
 
 static DECODE_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
@@ -26,15 +26,60 @@ fn errors_class(
     .map(|t| t.clone_ref(py))
 }
 
-/// `pgwire_cdc.errors.DecodeError`, with the message kind, the byte offset and, for
-/// `feed_many`, the index of the failing message. Never any row value.
-pub fn decode_error(py: Python<'_>, err: &DecodeError, index: Option<usize>) -> PyErr {
-    if let Reason::Spill(_) = &err.reason {
-        // Not the bytes' fault: the disk's.
-        return errors_class(py, &SPILL_ERROR, "SpillError")
-            .and_then(|class| class.bind(py).call1((err.to_string(),)))
-            .map_or_else(|e| e, PyErr::from_value);
+/// A failure of the decoder layer, borrowed: what [`decode_error`] turns into an exception.
+#[derive(Debug, Clone, Copy)]
+pub enum DecoderFailure<'e> {
+    Decode(&'e DecodeError),
+    Spill(&'e SpillError),
+}
+
+impl<'e> From<&'e DecodeError> for DecoderFailure<'e> {
+    fn from(e: &'e DecodeError) -> Self {
+        Self::Decode(e)
     }
+}
+
+impl<'e> From<&'e SpillError> for DecoderFailure<'e> {
+    fn from(e: &'e SpillError) -> Self {
+        Self::Spill(e)
+    }
+}
+
+impl<'e> From<&'e FeedError> for DecoderFailure<'e> {
+    fn from(e: &'e FeedError) -> Self {
+        match e {
+            FeedError::Decode(e) => Self::Decode(e),
+            FeedError::Spill(e) => Self::Spill(e),
+        }
+    }
+}
+
+/// The exception for a decoder failure (a [`DecodeError`], a [`SpillError`] or a
+/// [`FeedError`], either of them): see [`decode_exception`] and [`spill_error`].
+/// `index`, for `feed_many`, is the index of the failing message.
+pub fn decode_error<'e>(
+    py: Python<'_>,
+    err: impl Into<DecoderFailure<'e>>,
+    index: Option<usize>,
+) -> PyErr {
+    match err.into() {
+        DecoderFailure::Decode(e) => decode_exception(py, e, index),
+        DecoderFailure::Spill(e) => spill_error(py, e),
+    }
+}
+
+/// `pgwire_cdc.errors.SpillError`, with the error's text (it names the spill directory,
+/// never a row value). Not the bytes' fault, so no message kind, offset or index.
+pub fn spill_error(py: Python<'_>, err: &SpillError) -> PyErr {
+    errors_class(py, &SPILL_ERROR, "SpillError")
+        .and_then(|class| class.bind(py).call1((err.to_string(),)))
+        .map_or_else(|e| e, PyErr::from_value)
+}
+
+/// `pgwire_cdc.errors.DecodeError` (`ColumnValueError` for a value), with the message
+/// kind, the byte offset and, for `feed_many`, the index of the failing message. Never
+/// any row value.
+fn decode_exception(py: Python<'_>, err: &DecodeError, index: Option<usize>) -> PyErr {
     let build = || -> PyResult<PyErr> {
         let class = match &err.reason {
             Reason::Value { .. } => errors_class(py, &COLUMN_VALUE_ERROR, "ColumnValueError")?,
@@ -88,7 +133,7 @@ pub enum PgErrorClass {
     Connection,
 }
 
-/// The mapping of CONTRACT section 2: configuration problems, slot problems, and
+/// The documented error mapping: configuration problems, slot problems, and
 /// everything that means "the connection failed or was lost".
 ///
 /// Server errors by SQLSTATE: 55006 (object in use: the slot is active) is a slot error;

@@ -62,6 +62,8 @@ pub struct UnchangedToast;
 
 #[pymethods]
 impl UnchangedToast {
+    // PyO3 calls `__repr__` on an instance: the receiver is required.
+    #[allow(clippy::unused_self)]
     fn __repr__(&self) -> &'static str {
         "UNCHANGED_TOAST"
     }
@@ -108,20 +110,19 @@ impl PyEvent {
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let mut out = format!("Event(kind={:?}", self.kind);
+        let mut fields = vec![format!("kind={:?}", self.kind)];
         if let Some(table) = self.attrs.bind(py).get_item("table")? {
-            out.push_str(&format!(", table={}", table.repr()?));
+            fields.push(format!("table={}", table.repr()?));
         }
-        out.push_str(&format!(", start_lsn={}", format_lsn(self.start_lsn)));
+        fields.push(format!("start_lsn={}", format_lsn(self.start_lsn)));
         if let Some(c) = self.commit_lsn {
-            out.push_str(&format!(", commit_lsn={}", format_lsn(c)));
+            fields.push(format!("commit_lsn={}", format_lsn(c)));
         }
-        out.push_str(&format!(", tx_ordinal={}", self.tx_ordinal));
+        fields.push(format!("tx_ordinal={}", self.tx_ordinal));
         if let Some(x) = self.xid {
-            out.push_str(&format!(", xid={x}"));
+            fields.push(format!("xid={x}"));
         }
-        out.push(')');
-        Ok(out)
+        Ok(format!("Event({})", fields.join(", ")))
     }
 }
 
@@ -142,7 +143,7 @@ const PY_MAX_MICROS: i64 = 252_455_615_999_999_999;
 /// PostgreSQL TimestampTz (µs since 2000-01-01 UTC) as an aware datetime, or None when
 /// Python cannot hold it (only corrupt bytes give such a commit time; the raw value stays
 /// readable where the event has one, as `timestamp`).
-fn timestamp<'py>(py: Python<'py>, micros: PgTimestamp) -> PyResult<Bound<'py, PyAny>> {
+fn timestamp(py: Python<'_>, micros: PgTimestamp) -> PyResult<Bound<'_, PyAny>> {
     if !(PY_MIN_MICROS..=PY_MAX_MICROS).contains(&micros) {
         return Ok(py.None().into_bound(py));
     }
@@ -403,18 +404,15 @@ impl PyEvent {
                     )?;
                 }
                 d.set_item("wire_updated_table_row", updated_row(py, new_row)?)?;
-                match old_image {
-                    Some(o) => {
-                        if typed.values {
-                            let old = typed_old_row(py, relation, o, image(old)?)?;
-                            d.set_item("old_table_row", old)?;
-                        }
-                        d.set_item("wire_old_table_row", old_row(py, o)?)?;
+                if let Some(o) = old_image {
+                    if typed.values {
+                        let old = typed_old_row(py, relation, o, image(old)?)?;
+                        d.set_item("old_table_row", old)?;
                     }
-                    None => {
-                        d.set_item("old_table_row", py.None())?;
-                        d.set_item("wire_old_table_row", py.None())?;
-                    }
+                    d.set_item("wire_old_table_row", old_row(py, o)?)?;
+                } else {
+                    d.set_item("old_table_row", py.None())?;
+                    d.set_item("wire_old_table_row", py.None())?;
                 }
             }
             EventBody::Delete {
@@ -450,7 +448,7 @@ impl PyEvent {
                 d.set_item("content", PyBytes::new(py, content))?;
             }
             EventBody::StreamStart { first_segment } => {
-                d.set_item("first_segment", first_segment)?
+                d.set_item("first_segment", first_segment)?;
             }
             EventBody::StreamStop => {}
             EventBody::StreamAbort {

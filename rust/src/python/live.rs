@@ -12,12 +12,12 @@ use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
 
 use crate::arrow::Segment;
-use crate::held::SpillConfig;
+use crate::decoder::SpillConfig;
 use crate::live::session::LiveError;
 use crate::live::snapshot::{
     SnapshotConfig, SnapshotError, SnapshotPoll, SnapshotReader, SnapshotTask,
 };
-use crate::live::{BatchLimits, LiveSession, StartOptions};
+use crate::live::{BatchLimits, LiveSession, StartOptions, Stop};
 use crate::pg::{ConnParams, Connection, SnapshotAction};
 use crate::relation::BaseType;
 
@@ -59,6 +59,137 @@ fn locked<'a, T>(py: Python<'_>, m: &'a Mutex<T>) -> PyResult<MutexGuard<'a, T>>
     // GIL to finish).
     m.lock_py_attached(py)
         .map_err(|_| pgwire_error(py, "Error", "connection state is poisoned"))
+}
+
+/// How a streaming session runs, resolved once per `stream()` run from its
+/// `StreamOptions` and the server (python/pgwire_cdc/streaming.py) and checked and
+/// converted here, once. Where a session starts is `start_streaming`'s.
+#[pyclass(frozen, module = "pgwire_cdc._native", name = "SessionOptions")]
+pub struct PySessionOptions {
+    publication_names: Vec<String>,
+    proto_version: u32,
+    binary: bool,
+    messages: bool,
+    streaming: bool,
+    status_interval: Duration,
+    stall_timeout: Option<Duration>,
+    spill: SpillConfig,
+    types: Vec<(u32, BaseType)>,
+}
+
+#[pymethods]
+impl PySessionOptions {
+    /// `type_map`: user type OID to `(base type OID, type modifier)`;
+    /// `stall_timeout_ms` None or 0: never give up on a silent server.
+    #[new]
+    #[pyo3(signature = (*, publication_names, proto_version, binary, messages = true,
+                        streaming = true, status_interval_ms = 10_000, stall_timeout_ms = None,
+                        type_map = HashMap::new(),
+                        spill_threshold = SpillConfig::DEFAULT_MEMORY_LIMIT, spill_dir = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        publication_names: Vec<String>,
+        proto_version: u32,
+        binary: bool,
+        messages: bool,
+        streaming: bool,
+        status_interval_ms: u64,
+        stall_timeout_ms: Option<u64>,
+        type_map: HashMap<u32, (u32, i32)>,
+        spill_threshold: usize,
+        spill_dir: Option<PathBuf>,
+    ) -> PyResult<Self> {
+        if !(1..=4).contains(&proto_version) {
+            return Err(PyValueError::new_err("proto_version must be 1 to 4"));
+        }
+        let types = type_map
+            .into_iter()
+            .map(|(oid, (base, modifier))| {
+                (
+                    oid,
+                    BaseType {
+                        oid: base,
+                        type_modifier: modifier,
+                    },
+                )
+            })
+            .collect();
+        Ok(Self {
+            publication_names,
+            proto_version,
+            binary,
+            messages,
+            streaming,
+            status_interval: Duration::from_millis(status_interval_ms.max(100)),
+            stall_timeout: stall_timeout_ms
+                .filter(|ms| *ms > 0)
+                .map(Duration::from_millis),
+            spill: SpillConfig {
+                memory_limit: spill_threshold,
+                dir: spill_dir,
+            },
+            types,
+        })
+    }
+}
+
+impl PySessionOptions {
+    /// The session's options when it starts at `start_lsn` of `slot`.
+    fn start_options(
+        &self,
+        slot: String,
+        start_lsn: u64,
+        acked_lsn: u64,
+        skip_through: Option<(u64, u64)>,
+    ) -> StartOptions {
+        StartOptions {
+            slot,
+            start_lsn,
+            proto_version: self.proto_version,
+            binary: self.binary,
+            publication_names: self.publication_names.clone(),
+            messages: self.messages,
+            streaming: self.streaming,
+            status_interval: self.status_interval,
+            acked_lsn,
+            skip_through,
+            stall_timeout: self.stall_timeout,
+            spill: self.spill.clone(),
+        }
+    }
+}
+
+/// Why `LiveStream.poll` returned (`crate::live::Stop`).
+#[pyclass(eq, hash, frozen, module = "pgwire_cdc._native", name = "Stop")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PyStop {
+    /// Nothing to hand out yet; poll again.
+    #[pyo3(name = "PENDING")]
+    Pending,
+    /// The batch reached `max_rows` or `max_bytes`.
+    #[pyo3(name = "FULL")]
+    Full,
+    /// The batch's first message is `max_ms` old.
+    #[pyo3(name = "WAITED")]
+    Waited,
+    /// Everything committed up to `until_lsn` is in this or earlier batches.
+    #[pyo3(name = "UNTIL_LSN")]
+    UntilLsn,
+    /// `idle_timeout_ms` passed without a message.
+    #[pyo3(name = "IDLE")]
+    Idle,
+}
+
+impl From<Stop> for PyStop {
+    fn from(stop: Stop) -> Self {
+        match stop {
+            Stop::Pending => Self::Pending,
+            Stop::Full => Self::Full,
+            Stop::Waited => Self::Waited,
+            Stop::UntilLsn => Self::UntilLsn,
+            Stop::Idle => Self::Idle,
+        }
+    }
 }
 
 /// A `replication=database` connection before streaming: slot commands and SQL.
@@ -105,7 +236,7 @@ impl PyReplicationConnection {
 
     /// `(systemid, timeline, xlogpos, dbname)`.
     fn identify_system(&self, py: Python<'_>) -> PyResult<(String, u32, u64, Option<String>)> {
-        let info = self.with_conn(py, |c| c.identify_system())?;
+        let info = self.with_conn(py, Connection::identify_system)?;
         Ok((info.system_id, info.timeline, info.xlogpos, info.dbname))
     }
 
@@ -180,69 +311,28 @@ impl PyReplicationConnection {
         })
     }
 
-    /// Turns this connection into a streaming session (the connection is used up).
-    #[pyo3(signature = (slot, start_lsn, publication_names, *, proto_version, binary,
-                        messages = true, streaming = true, status_interval_ms = 10_000,
-                        type_map = HashMap::new(), acked_lsn = 0, skip_through = None,
-                        stall_timeout_ms = None,
-                        spill_threshold = SpillConfig::DEFAULT_MEMORY_LIMIT,
-                        spill_dir = None))]
-    #[allow(clippy::too_many_arguments)]
+    /// Turns this connection into a streaming session (the connection is used up) that
+    /// starts at `start_lsn` of `slot`, reporting `acked_lsn` as flushed until the
+    /// consumer acks more, and skipping the rows through `skip_through`
+    /// (`(commit_lsn, tx_ordinal)`) of the transaction an earlier session left unfinished.
+    #[pyo3(signature = (slot, start_lsn, options, *, acked_lsn = 0, skip_through = None))]
     fn start_streaming(
         &self,
         py: Python<'_>,
         slot: String,
         start_lsn: u64,
-        publication_names: Vec<String>,
-        proto_version: u32,
-        binary: bool,
-        messages: bool,
-        streaming: bool,
-        status_interval_ms: u64,
-        type_map: HashMap<u32, (u32, i32)>,
+        options: PyRef<'_, PySessionOptions>,
         acked_lsn: u64,
         skip_through: Option<(u64, u64)>,
-        stall_timeout_ms: Option<u64>,
-        spill_threshold: usize,
-        spill_dir: Option<PathBuf>,
     ) -> PyResult<PyLiveStream> {
-        if !(1..=4).contains(&proto_version) {
-            return Err(PyValueError::new_err("proto_version must be 1 to 4"));
-        }
+        let start = options.start_options(slot, start_lsn, acked_lsn, skip_through);
+        let types = options.types.clone();
+        drop(options);
         let conn = locked(py, &self.conn)?
             .take()
             .ok_or_else(|| pgwire_error(py, "ConnectionError", "the connection is closed"))?;
-        let options = StartOptions {
-            slot,
-            start_lsn,
-            proto_version,
-            binary,
-            publication_names,
-            messages,
-            streaming,
-            status_interval: Duration::from_millis(status_interval_ms.max(100)),
-            acked_lsn,
-            skip_through,
-            stall_timeout: stall_timeout_ms
-                .filter(|ms| *ms > 0)
-                .map(Duration::from_millis),
-            spill: SpillConfig {
-                memory_limit: spill_threshold,
-                dir: spill_dir,
-            },
-        };
-        let types = type_map.into_iter().map(|(oid, (base, modifier))| {
-            (
-                oid,
-                BaseType {
-                    oid: base,
-                    type_modifier: modifier,
-                },
-            )
-        });
-        let types: Vec<_> = types.collect();
         let session = py
-            .detach(|| LiveSession::start(conn, &options, types))
+            .detach(|| LiveSession::start(conn, &start, types))
             .map_err(|e| live_error(py, &e))?;
         let interval = session.status_interval();
         let session = Arc::new(Mutex::new(session));
@@ -334,8 +424,7 @@ fn spawn_keeper(session: Weak<Mutex<LiveSession>>, interval: Duration) {
 
 #[pymethods]
 impl PyLiveStream {
-    /// Reads until a batch is due or `slice_ms` passes:
-    /// `(segments, batch_lsn, stop)` with stop in pending, full, waited, until_lsn, idle.
+    /// Reads until a batch is due or `slice_ms` passes: `(segments, batch_lsn, stop)`.
     #[pyo3(signature = (*, max_rows, max_bytes, max_ms, until_lsn = None, idle_timeout_ms = None, slice_ms = 200))]
     #[allow(clippy::too_many_arguments)]
     fn poll(
@@ -347,7 +436,7 @@ impl PyLiveStream {
         until_lsn: Option<u64>,
         idle_timeout_ms: Option<u64>,
         slice_ms: u64,
-    ) -> PyResult<(SegmentsOut, u64, &'static str)> {
+    ) -> PyResult<(SegmentsOut, u64, PyStop)> {
         let limits = BatchLimits {
             max_rows,
             max_bytes,
@@ -363,7 +452,7 @@ impl PyLiveStream {
         Ok((
             segments_out(polled.segments),
             polled.lsn,
-            polled.stop.name(),
+            polled.stop.into(),
         ))
     }
 

@@ -74,7 +74,7 @@ pub fn reduce_changes<'py>(
         .map(|n| {
             schema
                 .field_with_name(n)
-                .map(|f| f.clone().with_metadata(Default::default()))
+                .map(|f| f.clone().with_metadata(std::collections::HashMap::new()))
                 .map_err(|_| PyValueError::new_err(format!("column {n:?} is not in the table")))
         })
         .collect::<PyResult<Vec<_>>>()?;

@@ -15,7 +15,7 @@
 //! are decoded once more, into nothing, to reach that state.
 
 use crate::decoder::Decoder;
-use crate::error::DecodeError;
+use crate::error::FeedError;
 use crate::event_log::EventLog;
 use crate::relation::BaseType;
 use crate::sink::{EventSink, NullSink};
@@ -35,7 +35,7 @@ impl Messages {
     }
 
     /// Feeds every message to `decoder`, in order.
-    fn feed(&self, decoder: &mut Decoder, sink: &mut impl EventSink) -> Result<(), DecodeError> {
+    fn feed(&self, decoder: &mut Decoder, sink: &mut impl EventSink) -> Result<(), FeedError> {
         let mut start = 0;
         for &(end, lsn) in &self.ends {
             decoder.feed(self.bytes.get(start..end).unwrap_or_default(), lsn, sink)?;
@@ -59,9 +59,27 @@ pub struct MessageLog {
     taken: Messages,
     /// The messages fed since.
     fed: Messages,
-    /// The main decoder's state at the last take, when it was cheap to copy (`Some(None)`:
-    /// there was a take, but its state could not be copied).
-    at_last_take: Option<Option<Decoder>>,
+    /// The main decoder's state at the last take, when it was cheap to copy.
+    at_last_take: LastTake,
+}
+
+/// The main decoder's state at the last take.
+// As large as the `Option<Option<Decoder>>` it names, and like `start`, kept inline: one
+// per log, moved only at a take.
+#[allow(clippy::large_enum_variant)]
+enum LastTake {
+    /// No take since the log started (or was drained).
+    None,
+    /// There was a take, but its state could not be copied.
+    Uncopied,
+    /// There was a take, and this is its state.
+    Copied(Decoder),
+}
+
+impl From<Option<Decoder>> for LastTake {
+    fn from(snapshot: Option<Decoder>) -> Self {
+        snapshot.map_or(LastTake::Uncopied, LastTake::Copied)
+    }
 }
 
 impl MessageLog {
@@ -71,7 +89,7 @@ impl MessageLog {
             start: decoder,
             taken: Messages::default(),
             fed: Messages::default(),
-            at_last_take: None,
+            at_last_take: LastTake::None,
         }
     }
 
@@ -83,31 +101,31 @@ impl MessageLog {
     /// What the main decoder was told about user types, told to the kept decoders too.
     pub fn extend_type_catalog(&mut self, entries: &[(u32, BaseType)]) {
         self.start.extend_type_catalog(entries.iter().copied());
-        if let Some(Some(decoder)) = &mut self.at_last_take {
+        if let LastTake::Copied(decoder) = &mut self.at_last_take {
             decoder.extend_type_catalog(entries.iter().copied());
         }
     }
 
     /// A `take()` of a caller that has never asked for events: forgets the messages fed
     /// before the previous take. `now` is the main decoder.
-    pub fn taken(&mut self, now: &Decoder) -> Result<(), DecodeError> {
-        match self.at_last_take.take() {
-            Some(Some(decoder)) => self.start = decoder,
-            Some(None) => self.taken.feed(&mut self.start, &mut NullSink::default())?,
+    pub fn taken(&mut self, now: &Decoder) -> Result<(), FeedError> {
+        match std::mem::replace(&mut self.at_last_take, LastTake::None) {
+            LastTake::Copied(decoder) => self.start = decoder,
+            LastTake::Uncopied => self.taken.feed(&mut self.start, &mut NullSink::default())?,
             // The first take: `taken` is empty.
-            None => {}
+            LastTake::None => {}
         }
         std::mem::swap(&mut self.taken, &mut self.fed);
         self.fed.clear();
-        self.at_last_take = Some(now.snapshot());
+        self.at_last_take = now.snapshot().into();
         Ok(())
     }
 
     /// The events of every kept message, decoded; the log is empty afterwards and starts
     /// at the main decoder's state.
-    pub fn drain(&mut self) -> Result<EventLog, DecodeError> {
+    pub fn drain(&mut self) -> Result<EventLog, FeedError> {
         let mut events = EventLog::default();
-        self.at_last_take = None;
+        self.at_last_take = LastTake::None;
         let fed = self
             .taken
             .feed(&mut self.start, &mut events)

@@ -1,6 +1,10 @@
 //! The PyO3 binding: `pgwire_cdc._native`. Thin by design: Rust values in, Python objects
 //! out, errors mapped once (see `errors.rs`). The decoder itself knows nothing of Python.
 
+// PyO3 extracts `#[pyfunction]` / `#[pymethods]` arguments such as `Vec<String>` and
+// `PyBackedBytes` as owned values; a reference is not an option for them.
+#![allow(clippy::needless_pass_by_value)]
+
 mod arrow;
 mod decoder;
 mod errors;
@@ -8,6 +12,7 @@ mod event;
 mod live;
 mod merge;
 mod message_log;
+#[cfg(feature = "test-client")]
 mod pg;
 mod snapshot;
 mod typed;
@@ -35,8 +40,14 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(merge::apply_changes, m)?)?;
     m.add_function(wrap_pyfunction!(merge::reduce_changes, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::mark_unchanged, m)?)?;
-    m.add_class::<pg::PyPgConnection>()?;
-    m.add_class::<pg::PyPgReplicationStream>()?;
+    m.add_class::<live::PySessionOptions>()?;
+    m.add_class::<live::PyStop>()?;
+    // Test-only surface (Cargo feature `test-client`): not in the shipped wheel.
+    #[cfg(feature = "test-client")]
+    {
+        m.add_class::<pg::PyPgConnection>()?;
+        m.add_class::<pg::PyPgReplicationStream>()?;
+    }
     m.add(
         "UNCHANGED_TOAST",
         event::unchanged_toast(m.py())?.clone_ref(m.py()),

@@ -1,6 +1,7 @@
-//! `_native.PgConnection` and `_native.PgReplicationStream`: a thin test and
-//! orchestration surface over the Rust client (`crate::pg`). Every network wait runs with
-//! the GIL released; errors become `pgwire_cdc.errors` exceptions in `errors.rs`.
+//! `_native.PgConnection` and `_native.PgReplicationStream`: a thin test surface over the
+//! Rust client (`crate::pg`) for tests/test_pg_client.py, compiled only with the Cargo
+//! feature `test-client` (`make build`; not the shipped wheel). Every network wait runs
+//! with the GIL released; errors become `pgwire_cdc.errors` exceptions in `errors.rs`.
 
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
@@ -62,7 +63,7 @@ impl PyPgConnection {
     }
 }
 
-fn row_tuple<'py>(py: Python<'py>, row: Vec<Option<String>>) -> PyResult<Bound<'py, PyTuple>> {
+fn row_tuple(py: Python<'_>, row: Vec<Option<String>>) -> PyResult<Bound<'_, PyTuple>> {
     PyTuple::new(py, row)
 }
 
@@ -122,7 +123,7 @@ impl PyPgConnection {
 
     /// IDENTIFY_SYSTEM: (system_id, timeline, xlogpos, dbname).
     fn identify_system(&self, py: Python<'_>) -> PyResult<(String, u32, u64, Option<String>)> {
-        let info = self.with(py, |c| c.identify_system())?;
+        let info = self.with(py, Connection::identify_system)?;
         Ok((info.system_id, info.timeline, info.xlogpos, info.dbname))
     }
 

@@ -1,6 +1,6 @@
-//! Typed row values for event objects: the seed's Cell model.
+//! Typed row values for event objects: one cell per column, typed as its Arrow column.
 //!
-//! An event's row values are the Python values of their Arrow type (CONTRACT section 5),
+//! An event's row values are the Python values of their Arrow type (the type mapping),
 //! the same objects `take()` gives through `to_pylist()`. To be the same by construction,
 //! not by a second parser, the values of every drained event go through a change table of
 //! their relation ([`ChangeTable`], the `take()` path, text and binary alike) and come out

@@ -18,17 +18,20 @@
 //! per dimension: Int32 size, Int32 lower bound
 //! per element: Int32 length (-1 for NULL), Byte[length] in the element's binary format
 //! ```
-
-use std::fmt::Write as _;
+//!
+//! This module reads the structure only. What an element's bytes mean is left to
+//! [`Raw`](super::raw::Raw): `raw.rs` uses this module, never the other way round. It
+//! gives [`Element::raw`] and holds the text fallback of binary arrays of any dimension,
+//! which prints every element (`Raw::to_text`), built on `MAX_DIMS` and `write_quoted`
+//! from here.
 
 use super::binary::Reader;
 use super::error::{ValueError, ValueErrorKind};
-use super::raw::Raw;
-use super::types::{PgType, Scalar};
 
-const TY: &str = "array";
+/// The type name array errors carry.
+pub(super) const TY: &str = "array";
 
-fn malformed() -> ValueError {
+pub(super) fn malformed() -> ValueError {
     ValueError::malformed(TY)
 }
 
@@ -271,6 +274,15 @@ pub struct TextElements<'a> {
     remaining: usize,
 }
 
+impl<'a> IntoIterator for &TextArray<'a> {
+    type Item = Option<TextElement<'a>>;
+    type IntoIter = TextElements<'a>;
+
+    fn into_iter(self) -> TextElements<'a> {
+        self.iter()
+    }
+}
+
 impl<'a> Iterator for TextElements<'a> {
     type Item = Option<TextElement<'a>>;
 
@@ -329,8 +341,8 @@ impl<'a> BinaryArray<'a> {
                 }
                 (size, lower)
             }
-            // Like array_recv (and `binary_to_text`): dimensions without a single element
-            // make the empty array.
+            // Like array_recv (and the text fallback in `raw.rs`): dimensions without a
+            // single element make the empty array.
             n @ 2.. if n as usize <= MAX_DIMS => {
                 let mut empty = false;
                 for _ in 0..n {
@@ -402,6 +414,15 @@ pub struct BinaryElements<'a> {
     remaining: usize,
 }
 
+impl<'a> IntoIterator for &BinaryArray<'a> {
+    type Item = Option<&'a [u8]>;
+    type IntoIter = BinaryElements<'a>;
+
+    fn into_iter(self) -> BinaryElements<'a> {
+        self.iter()
+    }
+}
+
 impl<'a> Iterator for BinaryElements<'a> {
     type Item = Option<&'a [u8]>;
 
@@ -430,20 +451,6 @@ pub enum Array<'a> {
 pub enum Element<'a> {
     Text(TextElement<'a>),
     Binary(&'a [u8]),
-}
-
-impl<'a> Element<'a> {
-    /// The element as a value for the element type's parser (text elements with escapes
-    /// are unescaped into `scratch`).
-    pub fn raw<'s>(&self, scratch: &'s mut String) -> Raw<'s>
-    where
-        'a: 's,
-    {
-        match self {
-            Self::Text(e) => Raw::Text(e.get(scratch)),
-            Self::Binary(b) => Raw::Binary(b),
-        }
-    }
 }
 
 impl<'a> Array<'a> {
@@ -480,6 +487,15 @@ pub enum Elements<'a> {
     Binary(BinaryElements<'a>),
 }
 
+impl<'a> IntoIterator for &Array<'a> {
+    type Item = Option<Element<'a>>;
+    type IntoIter = Elements<'a>;
+
+    fn into_iter(self) -> Elements<'a> {
+        self.iter()
+    }
+}
+
 impl<'a> Iterator for Elements<'a> {
     type Item = Option<Element<'a>>;
 
@@ -499,94 +515,11 @@ impl<'a> Iterator for Elements<'a> {
 }
 
 /// `MAXDIM`: PostgreSQL arrays have at most six dimensions.
-const MAX_DIMS: usize = 6;
-
-/// Binary array of any number of dimensions -> the text `array_out` prints, elements
-/// printed by [`Raw::to_text`] for `element` (the text fallback for arrays a list
-/// column cannot hold). Written into `out` (cleared first); `element_scratch` holds one
-/// element's text at a time.
-pub fn binary_to_text(
-    b: &[u8],
-    element: Scalar,
-    out: &mut String,
-    element_scratch: &mut String,
-) -> Result<(), ValueError> {
-    let mut r = Reader::new(b, TY);
-    let ndim = usize::try_from(r.i32()?).map_err(|_| malformed())?;
-    let flags = r.i32()?;
-    let _element_oid = r.u32()?;
-    if ndim > MAX_DIMS || (flags != 0 && flags != 1) {
-        return Err(malformed());
-    }
-    let mut dims = [(0usize, 0i32); MAX_DIMS];
-    for slot in dims.iter_mut().take(ndim) {
-        let size = r.i32()?;
-        let lower = r.i32()?;
-        // An upper bound beyond int4 has no text form.
-        if size > 0 && lower.checked_add(size - 1).is_none() {
-            return Err(malformed());
-        }
-        *slot = (usize::try_from(size).map_err(|_| malformed())?, lower);
-    }
-    let dims = dims.get(..ndim).ok_or_else(malformed)?;
-    let total = dims
-        .iter()
-        .try_fold(1usize, |acc, &(size, _)| acc.checked_mul(size))
-        .ok_or_else(malformed)?;
-    out.clear();
-    if ndim == 0 || total == 0 {
-        r.finish()?;
-        out.push_str("{}");
-        return Ok(());
-    }
-    if dims.iter().any(|&(_, lower)| lower != 1) {
-        for &(size, lower) in dims {
-            let upper = i64::from(lower) + size as i64 - 1;
-            let _ = write!(out, "[{lower}:{upper}]");
-        }
-        out.push('=');
-    }
-    // span[d]: elements under one entry of dimension d-1, i.e. the product of the sizes
-    // of dimensions d.. ; a level closes after every span[d] elements.
-    let mut spans = [0usize; MAX_DIMS];
-    let mut acc = 1usize;
-    for (span, &(size, _)) in spans.iter_mut().zip(dims).rev() {
-        acc = acc.saturating_mul(size);
-        *span = acc;
-    }
-    let spans = spans.get(1..ndim).unwrap_or_default();
-    let ty = PgType::Scalar(element);
-    for _ in 0..ndim {
-        out.push('{');
-    }
-    for index in 0..total {
-        if index > 0 {
-            let closing = spans.iter().filter(|&&span| index % span == 0).count();
-            for _ in 0..closing {
-                out.push('}');
-            }
-            out.push(',');
-            for _ in 0..closing {
-                out.push('{');
-            }
-        }
-        match r.counted()? {
-            None => out.push_str("NULL"),
-            Some(bytes) => {
-                let text = Raw::Binary(bytes).to_text(ty, element_scratch)?;
-                write_quoted(out, text);
-            }
-        }
-    }
-    for _ in 0..ndim {
-        out.push('}');
-    }
-    r.finish()
-}
+pub(super) const MAX_DIMS: usize = 6;
 
 /// Appends an element as `array_out` does: double-quoted when empty, `NULL` in any case,
 /// or holding `"`, `\`, `{`, `}`, `,` or white space, with `"` and `\` escaped.
-fn write_quoted(out: &mut String, text: &str) {
+pub(super) fn write_quoted(out: &mut String, text: &str) {
     let needs_quotes = text.is_empty()
         || text.eq_ignore_ascii_case("NULL")
         || text

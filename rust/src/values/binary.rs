@@ -1,5 +1,5 @@
 //! Binary format (the types' send functions), for the types whose binary form is a
-//! fixed-width integer or float or the text's bytes, plus the checked [`Reader`] the
+//! fixed-width integer or float or the text's bytes, plus the checked `Reader` the
 //! structured formats share. Integers are big-endian, as everywhere in the protocol.
 
 use super::datetime::fixed;

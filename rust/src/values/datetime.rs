@@ -5,7 +5,8 @@
 //! inside (year 0 = 1 BC) and `YYYY-MM-DD BC` outside; years print with at least four
 //! digits and grow to five or more after 9999. Binary dates are days and binary
 //! timestamps microseconds since 2000-01-01, with the extreme integers meaning
-//! ±infinity (PostgreSQL docs, "Date/Time Types"; `utils/adt/date.c`, `timestamp.c`).
+//! ±infinity (PostgreSQL docs, "Date/Time Types"; the server's `date_out`, `date_send`,
+//! `timestamp_out` and `timestamp_send` functions).
 //! Here dates become days and timestamps microseconds since 1970-01-01, Arrow's epoch.
 
 use std::fmt::Write as _;
@@ -311,6 +312,10 @@ fn parse_any_timestamp(s: &str, with_zone: bool, ty: &'static str) -> Result<i64
 /// `None` for anything else, valid or not ([`parse_timestamp`] reads it then); the same
 /// microseconds as [`parse_timestamp`] otherwise.
 fn usual_timestamp(b: &[u8], with_zone: bool) -> Option<i64> {
+    // The high bit of each byte of a word.
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // Microseconds per unit of a fraction of n digits.
+    const SCALE: [i64; 7] = [0, 100_000, 10_000, 1_000, 100, 10, 1];
     let (head, mut rest) = b.split_first_chunk::<19>()?;
     let (date, time) = head.split_first_chunk::<8>()?;
     let (time, seconds) = time.split_first_chunk::<8>()?;
@@ -319,7 +324,6 @@ fn usual_timestamp(b: &[u8], with_zone: bool) -> Option<i64> {
     // 9 (adding 0x76 sets the high bit of a byte above 9; a byte from 0x80 has it).
     let date = u64::from_le_bytes(*date) ^ u64::from_le_bytes(*b"0000-00-");
     let time = u64::from_le_bytes(*time) ^ u64::from_le_bytes(*b"00 00:00");
-    const HIGH: u64 = 0x8080_8080_8080_8080;
     let digits_only = |w: u64| (w | w.wrapping_add(0x7676_7676_7676_7676)) & HIGH == 0;
     let separators = (date & 0xff00_00ff_0000_0000) | (time & 0x0000_ff00_00ff_0000);
     if separators != 0 || !digits_only(date) || !digits_only(time) {
@@ -355,7 +359,6 @@ fn usual_timestamp(b: &[u8], with_zone: bool) -> Option<i64> {
             micros = micros * 10 + i64::from(d);
             n += 1;
         }
-        const SCALE: [i64; 7] = [0, 100_000, 10_000, 1_000, 100, 10, 1];
         micros *= *SCALE.get(n).filter(|&&s| s != 0)?;
         rest = fraction.get(n..)?;
     }

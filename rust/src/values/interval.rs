@@ -258,7 +258,7 @@ fn unit_words(s: &str) -> Result<Interval, ValueError> {
         };
         match unit {
             "year" | "years" => {
-                acc.add_months(signed(token)?.checked_mul(12).ok_or(out_of_range())?)?
+                acc.add_months(signed(token)?.checked_mul(12).ok_or(out_of_range())?)?;
             }
             "mon" | "mons" => acc.add_months(signed(token)?)?,
             "day" | "days" => acc.add_days(signed(token)?)?,
@@ -284,7 +284,7 @@ fn unit_words(s: &str) -> Result<Interval, ValueError> {
 fn sql_standard(s: &str) -> Result<Interval, ValueError> {
     let mut fields: [Option<&str>; 3] = [None; 3];
     let mut tokens = s.split(' ');
-    for slot in fields.iter_mut() {
+    for slot in &mut fields {
         *slot = tokens.next();
     }
     if tokens.next().is_some() {
@@ -407,16 +407,13 @@ impl<'a> Iterator for Designated<'a> {
                 let number = self.rest.get(..at).filter(|n| !n.is_empty())?;
                 Some((number, designator, at, next))
             });
-        match found {
-            Some((number, designator, at, next)) => {
-                self.rest = self.rest.get(at + 1..).unwrap_or_default();
-                self.order = self.order.get(next + 1..).unwrap_or_default();
-                Some(Ok((number, designator)))
-            }
-            None => {
-                self.failed = true;
-                Some(Err(malformed()))
-            }
+        if let Some((number, designator, at, next)) = found {
+            self.rest = self.rest.get(at + 1..).unwrap_or_default();
+            self.order = self.order.get(next + 1..).unwrap_or_default();
+            Some(Ok((number, designator)))
+        } else {
+            self.failed = true;
+            Some(Err(malformed()))
         }
     }
 }

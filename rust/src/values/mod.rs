@@ -1,5 +1,5 @@
 //! PostgreSQL column values, from the bytes pgoutput sends to the representations the
-//! Arrow layer appends (CONTRACT section 5).
+//! Arrow layer appends (one Arrow type per PostgreSQL type, chosen in `types.rs`).
 //!
 //! pgoutput sends a column either in text format (the type's output function, 't') or,
 //! when the subscriber asked for binary and the type has a send function, in binary
@@ -52,6 +52,22 @@
 //!   with `acceptBounds = false`) differs from Rust's in the last digit for values whose
 //!   shortest form lies exactly half-way to a neighbour (about 0.3% of random floats), so
 //!   matching it exactly needs a Ryu port of our own. Floats never need a text fallback.
+//!
+//! Modules depend one way: each line names what a module uses, and no module uses one
+//! listed above it (`error` is used by all; `bytea`, `network`, `uuid`, `types` and `scan`
+//! use nothing else):
+//!
+//! ```text
+//! raw       -> array, range, numeric, datetime, interval, network, uuid, money,
+//!              tsvector, bytea, text, binary, types
+//! array     -> binary
+//! range     -> binary, datetime, numeric, types
+//! tsvector  -> binary
+//! text      -> numeric, scan
+//! numeric   -> scan, types
+//! interval, money, binary -> datetime
+//! datetime  -> scan
+//! ```
 
 pub mod array;
 pub mod binary;

@@ -33,7 +33,7 @@ pub fn binary(b: &[u8], out: &mut String) -> Result<(), ValueError> {
     let mut digits = [0u8; 20];
     let mut len = 0;
     let mut rest = units;
-    for slot in digits.iter_mut() {
+    for slot in &mut digits {
         *slot = (rest % 10) as u8;
         rest /= 10;
         len += 1;

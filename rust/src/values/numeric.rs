@@ -13,7 +13,7 @@
 //! UInt16 dscale    display scale: decimal digits after the point
 //! Int16[ndigits]   digits, each 0..=9999, most significant first
 //! ```
-//! The value is Σ digit[i] × 10000^(weight − i). Digits below the display scale are
+//! The value is `Σ digit[i] × 10000^(weight − i)`. Digits below the display scale are
 //! dropped, as `numeric_recv` + `numeric_out` would drop them.
 
 use super::error::{ValueError, ValueErrorKind};
@@ -241,10 +241,9 @@ fn text_to_decimal_by_digits(s: &str, spec: Decimal128Spec) -> Result<i128, Valu
 /// numeric text in a string column: checked to be `numeric_out`'s form, passed through.
 pub fn text_to_str(s: &str) -> Result<&str, ValueError> {
     match split_text(s) {
-        Ok(_) => Ok(s),
         Err(e) if e.kind == ValueErrorKind::Malformed => Err(e),
-        // NaN and the infinities are values of a string column.
-        Err(_) => Ok(s),
+        // A number, or NaN and the infinities: values of a string column.
+        Ok(_) | Err(_) => Ok(s),
     }
 }
 

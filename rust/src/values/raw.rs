@@ -1,10 +1,16 @@
 //! [`Raw`]: one value as pgoutput sent it, text or binary, with one method per
 //! representation. Each method gives the same result for the text and the binary form
 //! of the same value.
+//!
+//! The top of the value layer: every type module below it parses one type, and `array.rs`
+//! reads an array's structure; the elements of an array come back here as `Raw` values
+//! ([`Element::raw`]), so this module also holds what needs both, the text fallback of
+//! binary arrays.
 
 use std::fmt::Write as _;
 
-use super::array::{self, Array, BinaryArray, TextArray};
+use super::array::{self, Array, BinaryArray, Element, TextArray};
+use super::binary::Reader;
 use super::datetime::{self, MICROS_PER_DAY};
 use super::error::{ValueError, ValueErrorKind};
 use super::interval::{self, Interval};
@@ -153,7 +159,7 @@ impl<'a> Raw<'a> {
         }
     }
 
-    /// time: microseconds since midnight (Arrow time64[us]); `24:00:00` is
+    /// time: microseconds since midnight (Arrow `time64[us]`); `24:00:00` is
     /// [`ValueErrorKind::Time2400`].
     pub fn time(self) -> Result<i64, ValueError> {
         match self {
@@ -176,7 +182,7 @@ impl<'a> Raw<'a> {
         }
     }
 
-    /// timestamp: microseconds since 1970-01-01 (Arrow timestamp[us]).
+    /// timestamp: microseconds since 1970-01-01 (Arrow `timestamp[us]`).
     pub fn timestamp(self) -> Result<i64, ValueError> {
         match self {
             Self::Text(s) => datetime::timestamp_text(s),
@@ -354,7 +360,7 @@ impl<'a> Raw<'a> {
             (PgType::Array(element), Self::Binary(b)) => {
                 // Elements are formatted one at a time into a buffer of their own.
                 let mut element_scratch = String::new();
-                array::binary_to_text(b, element, scratch, &mut element_scratch)?;
+                array_binary_to_text(b, element, scratch, &mut element_scratch)?;
                 return Ok(scratch);
             }
             (PgType::Unknown(_), Self::Binary(_)) => {
@@ -395,6 +401,107 @@ impl<'a> Raw<'a> {
             },
         }
     }
+}
+
+impl<'a> Element<'a> {
+    /// The element as a value for the element type's parser (text elements with escapes
+    /// are unescaped into `scratch`).
+    pub fn raw<'s>(&self, scratch: &'s mut String) -> Raw<'s>
+    where
+        'a: 's,
+    {
+        match self {
+            Self::Text(e) => Raw::Text(e.get(scratch)),
+            Self::Binary(b) => Raw::Binary(b),
+        }
+    }
+}
+
+/// Binary array of any number of dimensions -> the text `array_out` prints, elements
+/// printed by [`Raw::to_text`] for `element` (the text fallback for arrays a list
+/// column cannot hold). Written into `out` (cleared first); `element_scratch` holds one
+/// element's text at a time. The structure is read as `array.rs` reads it; only the
+/// elements need this module.
+fn array_binary_to_text(
+    b: &[u8],
+    element: Scalar,
+    out: &mut String,
+    element_scratch: &mut String,
+) -> Result<(), ValueError> {
+    let mut r = Reader::new(b, array::TY);
+    let ndim = usize::try_from(r.i32()?).map_err(|_| array::malformed())?;
+    let flags = r.i32()?;
+    let _element_oid = r.u32()?;
+    if ndim > array::MAX_DIMS || (flags != 0 && flags != 1) {
+        return Err(array::malformed());
+    }
+    let mut dims = [(0usize, 0i32); array::MAX_DIMS];
+    for slot in dims.iter_mut().take(ndim) {
+        let size = r.i32()?;
+        let lower = r.i32()?;
+        // An upper bound beyond int4 has no text form.
+        if size > 0 && lower.checked_add(size - 1).is_none() {
+            return Err(array::malformed());
+        }
+        *slot = (
+            usize::try_from(size).map_err(|_| array::malformed())?,
+            lower,
+        );
+    }
+    let dims = dims.get(..ndim).ok_or_else(array::malformed)?;
+    let total = dims
+        .iter()
+        .try_fold(1usize, |acc, &(size, _)| acc.checked_mul(size))
+        .ok_or_else(array::malformed)?;
+    out.clear();
+    if ndim == 0 || total == 0 {
+        r.finish()?;
+        out.push_str("{}");
+        return Ok(());
+    }
+    if dims.iter().any(|&(_, lower)| lower != 1) {
+        for &(size, lower) in dims {
+            let upper = i64::from(lower) + size as i64 - 1;
+            let _ = write!(out, "[{lower}:{upper}]");
+        }
+        out.push('=');
+    }
+    // span[d]: elements under one entry of dimension d-1, i.e. the product of the sizes
+    // of dimensions d.. ; a level closes after every span[d] elements.
+    let mut spans = [0usize; array::MAX_DIMS];
+    let mut acc = 1usize;
+    for (span, &(size, _)) in spans.iter_mut().zip(dims).rev() {
+        acc = acc.saturating_mul(size);
+        *span = acc;
+    }
+    let spans = spans.get(1..ndim).unwrap_or_default();
+    let ty = PgType::Scalar(element);
+    for _ in 0..ndim {
+        out.push('{');
+    }
+    for index in 0..total {
+        if index > 0 {
+            let closing = spans.iter().filter(|&&span| index % span == 0).count();
+            for _ in 0..closing {
+                out.push('}');
+            }
+            out.push(',');
+            for _ in 0..closing {
+                out.push('{');
+            }
+        }
+        match r.counted()? {
+            None => out.push_str("NULL"),
+            Some(bytes) => {
+                let text = Raw::Binary(bytes).to_text(ty, element_scratch)?;
+                array::write_quoted(out, text);
+            }
+        }
+    }
+    for _ in 0..ndim {
+        out.push('}');
+    }
+    r.finish()
 }
 
 /// Output-function text of the binary value of a type that is not string-mapped.

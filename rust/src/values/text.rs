@@ -147,6 +147,8 @@ fn float8_exact(b: &[u8]) -> Option<f64> {
 /// to 22: scaled by a power of two so that the integer quotient has 53 or 54 bits, the
 /// quotient is rounded with the remainder, then scaled back (exactly: by a power of two,
 /// far from the subnormal and infinite ranges).
+// The names of the arithmetic above: m / 10^k = q + r / den, with e the binary exponent.
+#[allow(clippy::many_single_char_names)]
 fn divide_rounded(m: u64, k: usize) -> Option<f64> {
     let d = *super::numeric::POW10.get(k).filter(|_| k <= 22)?;
     let m = u128::from(m);

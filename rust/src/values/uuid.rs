@@ -101,10 +101,10 @@ pub fn is_canonical(s: &str) -> bool {
 
 /// uuid binary: 16 bytes -> canonical text.
 pub fn binary(b: &[u8]) -> Result<Uuid, ValueError> {
-    let bytes: &[u8; 16] = b.try_into().map_err(|_| ValueError::malformed(TY))?;
-    let mut out = [b'-'; 36];
     // Where each byte's two hex digits go: the groups are 4, 2, 2, 2 and 6 bytes.
     const AT: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
+    let bytes: &[u8; 16] = b.try_into().map_err(|_| ValueError::malformed(TY))?;
+    let mut out = [b'-'; 36];
     for (&byte, &at) in bytes.iter().zip(AT.iter()) {
         let pair = HEX_PAIRS
             .get(usize::from(byte))

@@ -1,3 +1,8 @@
+//! One-dimensional arrays in both formats: the same elements from text and binary,
+//! elements handed to the element type's parser, the `array_in` forms beyond what
+//! `array_out` prints, multi-dimensional and malformed arrays as errors, and binary
+//! arrays of any dimension printed like `array_out` for the text fallback.
+
 use super::unhex;
 use crate::values::array::{BinaryArray, TextArray};
 use crate::values::types::{NumericMod, PgType, RangeType, Scalar};
@@ -11,19 +16,19 @@ const ARRAYS: &[(Scalar, &str, &str, &[Option<&str>])] = &[
     (Scalar::Int4, "{}", "000000000000000000000017", &[]),
     (Scalar::Int4, "[0:2]={1,2,3}", "0000000100000000000000170000000300000000000000040000000100000004000000020000000400000003", &[Some("1"), Some("2"), Some("3")]),
     (Scalar::Int4, "{-2147483648}", "00000001000000000000001700000001000000010000000480000000", &[Some("-2147483648")]),
-    (Scalar::Text, "{\"a,b\",\"quo\\\"te\",\"\",\"NULL\",\"back\\\\slash\",\" sp \",\"{x}\",é,NULL,plain,\"a b\",\"null\",\"tab\there\",\"x}\"}", "0000000100000001000000190000000e0000000100000003612c620000000671756f22746500000000000000044e554c4c0000000a6261636b5c736c6173680000000420737020000000037b787d00000002c3a9ffffffff00000005706c61696e00000003612062000000046e756c6c00000008746162096865726500000002787d", &[Some("a,b"), Some(r#"quo"te"#), Some(""), Some("NULL"), Some(r#"back\slash"#), Some(" sp "), Some("{x}"), Some("é"), None, Some("plain"), Some("a b"), Some("null"), Some("tab\there"), Some("x}")]),
+    (Scalar::Text, "{\"a,b\",\"quo\\\"te\",\"\",\"NULL\",\"back\\\\slash\",\" sp \",\"{x}\",é,NULL,plain,\"a b\",\"null\",\"tab\there\",\"x}\"}", "0000000100000001000000190000000e0000000100000003612c620000000671756f22746500000000000000044e554c4c0000000a6261636b5c736c6173680000000420737020000000037b787d00000002c3a9ffffffff00000005706c61696e00000003612062000000046e756c6c00000008746162096865726500000002787d", &[Some("a,b"), Some(r#"quo"te"#), Some(""), Some("NULL"), Some(r"back\slash"), Some(" sp "), Some("{x}"), Some("é"), None, Some("plain"), Some("a b"), Some("null"), Some("tab\there"), Some("x}")]),
     (Scalar::Numeric(NumericMod::Constrained { precision: 10, scale: 2 }), "{1.50,-2.00,NULL}", "0000000100000001000006a400000003000000010000000c0002000000000002000113880000000a00010000400000020002ffffffff", &[Some("1.50"), Some("-2.00"), None]),
     (Scalar::Date, r#"{2020-01-01,infinity,"0044-03-15 BC"}"#, "00000001000000000000043a00000003000000010000000400001c89000000047fffffff00000004fff49d7b", &[Some("2020-01-01"), Some("infinity"), Some("0044-03-15 BC")]),
     (Scalar::TimestampTz, r#"{"2020-01-01 00:00:00+00",-infinity}"#, "0000000100000000000004a000000002000000010000000800023e0786c26000000000088000000000000000", &[Some("2020-01-01 00:00:00+00"), Some("-infinity")]),
     (Scalar::Bool, "{t,f,NULL}", "000000010000000100000010000000030000000100000001010000000100ffffffff", &[Some("t"), Some("f"), None]),
-    (Scalar::Bytea, r#"{"\\x00ff",NULL,"\\x"}"#, "00000001000000010000001100000003000000010000000200ffffffffff00000000", &[Some(r#"\x00ff"#), None, Some(r#"\x"#)]),
+    (Scalar::Bytea, r#"{"\\x00ff",NULL,"\\x"}"#, "00000001000000010000001100000003000000010000000200ffffffffff00000000", &[Some(r"\x00ff"), None, Some(r"\x")]),
     (Scalar::Uuid, "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}", "000000010000000000000b86000000010000000100000010a0eebc999c0b4ef8bb6d6bb9bd380a11", &[Some("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")]),
     (Scalar::Inet, "{10.0.0.1,::1/64}", "000000010000000000000365000000020000000100000008022000040a000001000000140340001000000000000000000000000000000001", &[Some("10.0.0.1"), Some("::1/64")]),
     (Scalar::Range(RangeType::Int4), r#"{"[1,3)",empty,"(,)"}"#, "000000010000000000000f40000000030000000100000011020000000400000001000000040000000300000001010000000118", &[Some("[1,3)"), Some("empty"), Some("(,)")]),
     (Scalar::Interval, r#"{"1 day",NULL,-00:00:01}"#, "0000000100000001000004a200000003000000010000001000000000000000000000000100000000ffffffff00000010fffffffffff0bdc00000000000000000", &[Some("1 day"), None, Some("-00:00:01")]),
     (Scalar::Jsonb, r#"{"{\"a\": 1}",[]}"#, "000000010000000000000eda000000020000000100000009017b2261223a20317d00000003015b5d", &[Some(r#"{"a": 1}"#), Some("[]")]),
     (Scalar::Float8, "{NaN,Infinity,-0,1.5}", "0000000100000000000002bd0000000400000001000000087ff8000000000000000000087ff0000000000000000000088000000000000000000000083ff8000000000000", &[Some("NaN"), Some("Infinity"), Some("-0"), Some("1.5")]),
-    (Scalar::Varchar, r#"{☃,"\\","\""}"#, "000000010000000000000413000000030000000100000003e29883000000015c0000000122", &[Some("☃"), Some(r#"\"#), Some(r#"""#)]),
+    (Scalar::Varchar, r#"{☃,"\\","\""}"#, "000000010000000000000413000000030000000100000003e29883000000015c0000000122", &[Some("☃"), Some(r"\"), Some(r#"""#)]),
     (Scalar::Range(RangeType::Timestamp), r#"{"[\"2020-01-01 00:00:00\",)"}"#, "000000010000000000000f4400000001000000010000000d120000000800023e0786c26000", &[Some(r#"["2020-01-01 00:00:00",)"#)]),
 ];
 

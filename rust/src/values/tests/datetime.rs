@@ -1,3 +1,8 @@
+//! date, time, timetz, timestamp and timestamptz: the text PostgreSQL prints with
+//! DateStyle=ISO and the binary send format give the same value (days or microseconds
+//! since 1970-01-01), infinities and `24:00:00` are distinct errors, and forms the server
+//! never prints are refused.
+
 use super::{both, unhex};
 use crate::values::datetime::MICROS_PER_DAY;
 use crate::values::types::{PgType, Scalar};

@@ -1,3 +1,8 @@
+//! interval: one stored value printed in each IntervalStyle and sent in binary gives the
+//! same (months, days, microseconds); binary prints like `interval_out` under
+//! IntervalStyle=postgres, and PostgreSQL 17's infinite intervals are an `Infinite` error
+//! from both formats that the text fallback prints as `infinity` / `-infinity`.
+
 use super::unhex;
 use crate::values::interval::Interval;
 use crate::values::types::{PgType, Scalar};

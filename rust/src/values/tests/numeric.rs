@@ -1,3 +1,7 @@
+//! numeric: text and binary give the same i128 at a decimal's scale or the same
+//! `numeric_out` text; NaN, the infinities, overflow and digits beyond the scale are
+//! distinct errors rather than rounded values; typmods decode to precision and scale.
+
 use super::{both, unhex};
 use crate::values::types::{Decimal128Spec, NumericMod};
 use crate::values::{Raw, ValueErrorKind};

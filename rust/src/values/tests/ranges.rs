@@ -1,3 +1,7 @@
+//! Ranges and multiranges: binary values print exactly as `range_out` and
+//! `multirange_out` print them (bounds through the subtype's output function, quoted as
+//! the server quotes them), and text that the server could not have printed is refused.
+
 use super::{both, unhex};
 use crate::values::types::{PgType, RangeType, Scalar};
 use crate::values::{Raw, ValueErrorKind};

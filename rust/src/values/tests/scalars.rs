@@ -1,3 +1,7 @@
+//! The fixed-width scalars (bool, the integers, oid/xid/cid, float4, float8) and the
+//! text-like types: text and binary give the same value, floats keep their exact bits,
+//! NaN and the infinities, and malformed input is an error, never a panic.
+
 use super::{both, unhex};
 use crate::values::{Raw, ValueErrorKind};
 

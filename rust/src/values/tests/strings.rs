@@ -1,3 +1,7 @@
+//! The string-mapped types (uuid, inet, cidr, macaddr, macaddr8, money, tsvector,
+//! bytea): a binary value formats to exactly the text the server prints, through the
+//! type's own method and through `Raw::to_text`, and text passes through checked.
+
 use super::{both, unhex};
 use crate::values::types::{PgType, Scalar};
 use crate::values::{Raw, ValueErrorKind};

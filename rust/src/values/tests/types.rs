@@ -1,3 +1,7 @@
+//! Type resolution: every OID this layer decodes maps to its parser, array OIDs to arrays
+//! of it, typmods reach numeric and its arrays, unknown OIDs stay unknown, and value
+//! errors name the type, never the value.
+
 use crate::values::types::{NumericMod, PgType, RangeType, Scalar};
 use crate::values::{ValueError, ValueErrorKind};
 

@@ -1,15 +1,28 @@
-//! Held transactions: the messages of a streamed transaction, kept until its Stream
-//! Commit, and of a two-phase transaction, kept until its COMMIT PREPARED.
+//! Held transactions: the messages of a transaction that cannot be delivered yet because
+//! its outcome is not known, kept in arrival order until it is.
 //!
-//! With `streaming` on, the server sends a transaction that outgrows its
-//! `logical_decoding_work_mem` while it is still running, in blocks, long before anyone
-//! knows whether it will commit; a consumer must keep all of it until the Stream Commit
-//! (or drop it at the Stream Abort). A single `INSERT … SELECT` of millions of rows is
-//! hundreds of megabytes of messages, so held messages live in memory only up to a
-//! limit shared by every held transaction ([`SpillConfig::memory_limit`]); past it, a
-//! transaction's further messages are appended to its own temporary file.
+//! Two protocol features make the decoder hold messages:
 //!
-//! The file is unlinked right after it is created: it has no name, only the open file
+//! * Streamed transactions (protocol 2+, `streaming` on). The server does not wait for a
+//!   large transaction to commit: once it outgrows `logical_decoding_work_mem` it is sent
+//!   while it still runs, in blocks framed by Stream Start and Stream Stop, interleaved
+//!   with other transactions. Whether it commits is only known at its Stream Commit (or
+//!   its Stream Abort, which drops it, or drops one of its subtransactions). Its messages
+//!   are held per top-level xid until then.
+//! * Two-phase transactions (protocol 3+, `two_phase` on). `PREPARE TRANSACTION` makes the
+//!   server send the transaction, framed by Begin Prepare and Prepare (or, when it was
+//!   streamed, closed by Stream Prepare), at prepare time; whether it takes effect is
+//!   decided later by COMMIT PREPARED or ROLLBACK PREPARED. Its messages are held by GID
+//!   until then.
+//!
+//! A single `INSERT … SELECT` of millions of rows is hundreds of megabytes of messages, so
+//! held messages live in memory only up to a limit shared by every held transaction
+//! ([`SpillConfig::memory_limit`]); past it, a transaction's further messages are appended
+//! to its own spill file, a temporary file in [`SpillConfig::dir`]. Failing to create,
+//! write or read back that file is a [`SpillError`], never a decoding error: the stream is
+//! fine, the directory is not.
+//!
+//! A spill file is unlinked right after it is created: it has no name, only the open file
 //! descriptor, so it disappears when the transaction is delivered or aborted, and also
 //! when the process dies (nothing to clean up after a crash, and no row values left on
 //! disk under a name).
@@ -17,6 +30,8 @@
 //! Order is kept: a transaction's messages in memory all precede its spilled ones.
 //! A Stream Abort of a subtransaction drops that subtransaction's messages from memory
 //! at once; spilled ones are skipped when the file is read back.
+//!
+//! Only the decoder uses this module; the one part of it others see is [`SpillConfig`].
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -25,7 +40,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::decoder::{RelationMap, Resolved};
+use super::{RelationMap, Resolved};
+use crate::error::SpillError;
 use crate::protocol::Lsn;
 
 /// Where held transactions go once they outgrow memory.
@@ -58,26 +74,26 @@ impl Default for SpillConfig {
 /// What held transactions cost, shared by all of them (and by a transaction being
 /// replayed).
 #[derive(Debug, Default)]
-pub(crate) struct Budget {
+pub(super) struct Budget {
     in_memory: AtomicU64,
     spilled: AtomicU64,
 }
 
 impl Budget {
     /// Bytes of held messages in memory now.
-    pub(crate) fn in_memory(&self) -> u64 {
+    pub(super) fn in_memory(&self) -> u64 {
         self.in_memory.load(Ordering::Relaxed)
     }
 
     /// Bytes written to spill files since the decoder was made.
-    pub(crate) fn spilled(&self) -> u64 {
+    pub(super) fn spilled(&self) -> u64 {
         self.spilled.load(Ordering::Relaxed)
     }
 }
 
 /// A held message of a streamed or prepared transaction.
 #[derive(Debug)]
-pub(crate) struct HeldMessage {
+pub(super) struct HeldMessage {
     pub lsn: Lsn,
     pub bytes: Box<[u8]>,
     pub in_stream: bool,
@@ -96,7 +112,7 @@ impl HeldMessage {
 
 /// The messages of one held transaction, in arrival order.
 #[derive(Debug)]
-pub(crate) struct HeldTx {
+pub(super) struct HeldTx {
     /// In memory; all of them arrived before any spilled one.
     messages: Vec<HeldMessage>,
     /// What `messages` is charged to the budget.
@@ -110,7 +126,7 @@ pub(crate) struct HeldTx {
 }
 
 impl HeldTx {
-    pub(crate) fn new(budget: &Arc<Budget>) -> Self {
+    pub(super) fn new(budget: &Arc<Budget>) -> Self {
         Self {
             messages: Vec::new(),
             charged: 0,
@@ -123,7 +139,11 @@ impl HeldTx {
 
     /// Adds a message: in memory while the budget allows, else (and from then on, to keep
     /// the order) to this transaction's spill file.
-    pub(crate) fn push(&mut self, message: HeldMessage, config: &SpillConfig) -> io::Result<()> {
+    pub(super) fn push(
+        &mut self,
+        message: HeldMessage,
+        config: &SpillConfig,
+    ) -> Result<(), SpillError> {
         let cost = message.cost();
         if self.spill.is_none() && self.budget.in_memory() + cost <= config.memory_limit as u64 {
             self.budget.in_memory.fetch_add(cost, Ordering::Relaxed);
@@ -142,7 +162,7 @@ impl HeldTx {
 
     /// A Stream Abort of subtransaction `subxid`: its data messages are dropped.
     /// Schema messages stay: pgoutput will not send them again for this transaction.
-    pub(crate) fn abort_subtransaction(&mut self, subxid: u32) {
+    pub(super) fn abort_subtransaction(&mut self, subxid: u32) {
         self.messages.retain(|m| m.subxid != Some(subxid));
         let charged: u64 = self.messages.iter().map(HeldMessage::cost).sum();
         self.budget
@@ -155,7 +175,7 @@ impl HeldTx {
     }
 
     /// Reads the transaction back, in order, for delivery.
-    pub(crate) fn into_reader(mut self) -> io::Result<HeldReader> {
+    pub(super) fn into_reader(mut self) -> Result<HeldReader, SpillError> {
         let spill = match self.spill.take() {
             Some(writer) => Some(writer.into_reader()?),
             None => None,
@@ -181,7 +201,7 @@ impl Drop for HeldTx {
 
 /// One held message as read back: borrowed from memory or from the read buffer.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct HeldRef<'a> {
+pub(super) struct HeldRef<'a> {
     pub lsn: Lsn,
     pub bytes: &'a [u8],
     pub in_stream: bool,
@@ -190,7 +210,7 @@ pub(crate) struct HeldRef<'a> {
 
 /// A held transaction being delivered: its in-memory messages, then its spilled ones.
 #[derive(Debug)]
-pub(crate) struct HeldReader {
+pub(super) struct HeldReader {
     held: HeldTx,
     next: usize,
     spill: Option<SpillReader>,
@@ -200,7 +220,7 @@ pub(crate) struct HeldReader {
 
 impl HeldReader {
     /// The next message, `None` after the last.
-    pub(crate) fn next_message(&mut self) -> io::Result<Option<HeldRef<'_>>> {
+    pub(super) fn next_message(&mut self) -> Result<Option<HeldRef<'_>>, SpillError> {
         if let Some(m) = self.held.messages.get(self.next) {
             self.next += 1;
             return Ok(Some(HeldRef {
@@ -261,9 +281,9 @@ impl SpillWriter {
             .write(true)
             .create_new(true)
             .open(&path)
-            .map_err(|e| with_path(e, &dir))?;
+            .map_err(|e| with_path(&e, &dir))?;
         // Unnamed from now on: gone with the descriptor, whatever happens to the process.
-        std::fs::remove_file(&path).map_err(|e| with_path(e, &dir))?;
+        std::fs::remove_file(&path).map_err(|e| with_path(&e, &dir))?;
         Ok(Self {
             file: BufWriter::with_capacity(1 << 20, file),
             resolutions: Vec::new(),
@@ -354,6 +374,6 @@ fn read_u32(r: &mut impl Read) -> io::Result<u32> {
     Ok(u32::from_ne_bytes(b))
 }
 
-fn with_path(e: io::Error, dir: &std::path::Path) -> io::Error {
+fn with_path(e: &io::Error, dir: &std::path::Path) -> io::Error {
     io::Error::new(e.kind(), format!("spill directory {}: {e}", dir.display()))
 }

@@ -4,19 +4,24 @@
 //! Delivery rules (see `docs/event-api.md`):
 //!
 //! * Plain transactions are delivered as they are fed: Begin already names the commit LSN.
-//! * Streamed transactions (protocol 2+, `streaming` on) arrive in blocks framed by Stream
-//!   Start / Stream Stop, interleaved with other transactions. Their messages are held per
-//!   top-level xid; a Stream Abort of a subtransaction drops the data messages that carry
-//!   that subtransaction's xid, one of the top-level xid drops everything; at Stream Commit
-//!   the held messages are delivered, in order, with the commit's LSN and timestamp.
-//! * Two-phase transactions (protocol 3+, `two_phase` on) are held by GID from Begin
-//!   Prepare (or, streamed, until Stream Prepare) and delivered at Commit Prepared; a
-//!   Rollback Prepared drops them.
+//! * Streamed transactions (protocol 2+, `streaming` on) are sent by the server before
+//!   they commit, in blocks framed by Stream Start / Stream Stop, interleaved with other
+//!   transactions. Their messages are held per top-level xid; a Stream Abort of a
+//!   subtransaction drops the data messages that carry that subtransaction's xid, one of
+//!   the top-level xid drops everything; at Stream Commit the held messages are delivered,
+//!   in order, with the commit's LSN and timestamp.
+//! * Two-phase transactions (protocol 3+, `two_phase` on) are sent at `PREPARE
+//!   TRANSACTION` time, before anyone knows whether they will take effect. They are held
+//!   by GID from Begin Prepare (or, streamed, until Stream Prepare) and delivered at Commit
+//!   Prepared; a Rollback Prepared drops them.
 //!
-//! Held messages are kept as their bytes plus the relation descriptions they were checked
-//! against when they arrived, so a later Relation message (after DDL) cannot change how an
-//! earlier change is read. Every message is checked completely when it is fed: a malformed
-//! message fails at `feed`, and leaves the decoder's state as it was.
+//! Held messages (the private `held` store) stay in memory up to a limit and go to unnamed
+//! spill files past it ([`SpillConfig`]). They are kept as their bytes plus the relation
+//! descriptions they were checked against when they arrived, so a later Relation message
+//! (after DDL) cannot change how an earlier change is read. Every message is checked
+//! completely when it is fed: a malformed message fails at `feed` with a
+//! [`DecodeError`], and leaves the decoder's state as it was. A spill file that cannot be
+//! written or read back fails with a [`SpillError`] instead; both come as a [`FeedError`].
 //!
 //! Relation descriptions sent inside a streamed transaction apply only to it until it
 //! commits (pgoutput keeps "schema sent" per streamed transaction and marks it sent for
@@ -28,18 +33,24 @@
 //! Type, Origin and the prepare markers carry the number of the next data event, and the
 //! closing event (Commit, Stream Commit, Commit Prepared) the count of data events.
 
+mod held;
+#[cfg(test)]
+mod tests;
+
+pub use held::SpillConfig;
+
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use crate::error::{DecodeError, MessageKind, Reason};
-use crate::held::{Budget, HeldMessage, HeldReader, HeldRef, HeldTx, SpillConfig};
+use crate::error::{DecodeError, FeedError, MessageKind, Reason, SpillError};
 use crate::protocol::{
     parse_message, parse_message_into, Datum, Lsn, Message, OldKind, ParseContext, PgTimestamp,
 };
 use crate::relation::{BaseType, Relation, TypeCatalog, TypeInfo};
 use crate::sink::{EventMeta, EventRef, EventSink, OldImage};
+use held::{Budget, HeldMessage, HeldReader, HeldRef, HeldTx};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DecoderConfig {
@@ -257,8 +268,9 @@ impl Decoder {
         })
     }
 
-    /// Where held (streamed or prepared) transactions go once they outgrow memory; see
-    /// [`crate::held`].
+    /// Where held (streamed or prepared) transactions go once they outgrow memory: see
+    /// [`SpillConfig`].
+    #[must_use]
     pub fn with_spill(mut self, spill: SpillConfig) -> Self {
         self.spill = spill;
         self
@@ -314,7 +326,7 @@ impl Decoder {
         bytes: &[u8],
         lsn: Lsn,
         sink: &mut S,
-    ) -> Result<(), DecodeError> {
+    ) -> Result<(), FeedError> {
         self.feed_bounded(bytes, lsn, sink)?;
         self.replay_some(sink, usize::MAX).map(|_| ())
     }
@@ -329,7 +341,7 @@ impl Decoder {
         bytes: &[u8],
         lsn: Lsn,
         sink: &mut S,
-    ) -> Result<(), DecodeError> {
+    ) -> Result<(), FeedError> {
         if self.replay.is_some() {
             self.replay_some(sink, usize::MAX)?;
         }
@@ -345,23 +357,56 @@ impl Decoder {
         result
     }
 
+    /// One parsed message, handed to its family. A message that opens or settles a whole
+    /// transaction is first checked to come between transactions, here and only here.
     fn feed_message<S: EventSink>(
         &mut self,
         msg: &Message<'_>,
         bytes: &[u8],
         lsn: Lsn,
         sink: &mut S,
-    ) -> Result<(), DecodeError> {
-        let kind = msg.kind();
-        let seq_err = |what: &'static str| DecodeError::new(kind, 0, Reason::OutOfSequence(what));
+    ) -> Result<(), FeedError> {
+        self.check_between_transactions(msg.kind())?;
+        match msg {
+            Message::Begin(_) | Message::Commit(_) => Ok(self.feed_framing(msg, lsn, sink)?),
+            Message::StreamStart(_)
+            | Message::StreamStop
+            | Message::StreamCommit(_)
+            | Message::StreamAbort(_) => self.feed_streamed(msg, bytes, lsn, sink),
+            Message::BeginPrepare(_)
+            | Message::Prepare(_)
+            | Message::StreamPrepare(_)
+            | Message::CommitPrepared(_)
+            | Message::RollbackPrepared(_) => self.feed_two_phase(msg, bytes, lsn, sink),
+            Message::Relation(_) | Message::Type(_) | Message::Origin(_) | Message::Message(_) => {
+                self.feed_catalog(msg, bytes, lsn, sink)
+            }
+            Message::Insert(_) | Message::Update(_) | Message::Delete(_) | Message::Truncate(_) => {
+                self.feed_row_change(msg, bytes, lsn, sink)
+            }
+        }
+    }
 
+    /// The in-transaction check: a message of `kind` that may only come between
+    /// transactions (see [`between_transactions_only`]) fails if a transaction, a two-phase
+    /// transaction being prepared or a streamed block is open.
+    fn check_between_transactions(&self, kind: MessageKind) -> Result<(), DecodeError> {
+        match between_transactions_only(kind) {
+            Some(what) if self.in_transaction() => Err(out_of_sequence(kind, what)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Begin and Commit: the frame of a plain transaction, whose changes are delivered as
+    /// they come.
+    fn feed_framing<S: EventSink>(
+        &mut self,
+        msg: &Message<'_>,
+        lsn: Lsn,
+        sink: &mut S,
+    ) -> Result<(), DecodeError> {
         match msg {
             Message::Begin(begin) => {
-                if self.in_transaction() {
-                    return Err(seq_err(
-                        "Begin inside an open transaction or streamed block",
-                    ));
-                }
                 let tx = TxMeta {
                     commit_lsn: Some(begin.final_lsn),
                     xid: Some(begin.xid),
@@ -374,24 +419,34 @@ impl Decoder {
             }
             Message::Commit(commit) => {
                 let TxState::Plain(tx) = &self.state else {
-                    return Err(seq_err("Commit without Begin"));
+                    return Err(out_of_sequence(msg.kind(), "Commit without Begin"));
                 };
                 sink.event(&tx.meta(lsn), EventRef::Commit(commit))?;
                 self.state = TxState::Idle;
                 Ok(())
             }
+            _ => Err(out_of_sequence(msg.kind(), "not a transaction frame")),
+        }
+    }
+
+    /// Stream Start, Stream Stop, Stream Commit and Stream Abort: a streamed transaction,
+    /// received in blocks before it commits. Start and Stop open and close a block (whose
+    /// messages are held under the block's top-level xid); Stream Commit hands the held
+    /// transaction to [`Decoder::replay_some`]; Stream Abort drops it, or the messages of
+    /// one of its subtransactions.
+    fn feed_streamed<S: EventSink>(
+        &mut self,
+        msg: &Message<'_>,
+        bytes: &[u8],
+        lsn: Lsn,
+        sink: &mut S,
+    ) -> Result<(), FeedError> {
+        match msg {
             Message::StreamStart(start) => {
-                if self.in_transaction() {
-                    return Err(seq_err("Stream Start inside an open transaction or stream"));
-                }
-                let meta = EventMeta {
-                    start_lsn: lsn,
-                    commit_lsn: None,
-                    tx_ordinal: 0,
-                    xid: Some(start.xid),
-                    commit_timestamp: None,
-                };
-                sink.event(&meta, EventRef::StreamStart(start))?;
+                sink.event(
+                    &standalone_meta(lsn, Some(start.xid)),
+                    EventRef::StreamStart(start),
+                )?;
                 let budget = &self.budget;
                 self.streams
                     .entry(start.xid)
@@ -401,25 +456,15 @@ impl Decoder {
             }
             Message::StreamStop => {
                 let Some(xid) = self.open_stream else {
-                    return Err(seq_err("Stream Stop without Stream Start"));
+                    return Err(
+                        out_of_sequence(msg.kind(), "Stream Stop without Stream Start").into(),
+                    );
                 };
-                let meta = EventMeta {
-                    start_lsn: lsn,
-                    commit_lsn: None,
-                    tx_ordinal: 0,
-                    xid: Some(xid),
-                    commit_timestamp: None,
-                };
-                sink.event(&meta, EventRef::StreamStop)?;
+                sink.event(&standalone_meta(lsn, Some(xid)), EventRef::StreamStop)?;
                 self.open_stream = None;
                 Ok(())
             }
             Message::StreamCommit(commit) => {
-                if self.in_transaction() {
-                    return Err(seq_err(
-                        "Stream Commit inside an open transaction or stream",
-                    ));
-                }
                 let held = self.streams.remove(&commit.xid);
                 let held = held.unwrap_or_else(|| HeldTx::new(&self.budget));
                 // Committed: its relation descriptions are now the ones in force.
@@ -431,12 +476,9 @@ impl Decoder {
                     commit_timestamp: Some(commit.timestamp),
                     next_ordinal: 0,
                 };
-                self.start_replay(held, tx, bytes, lsn, kind)
+                Ok(self.start_replay(held, tx, bytes, lsn)?)
             }
             Message::StreamAbort(abort) => {
-                if self.in_transaction() {
-                    return Err(seq_err("Stream Abort inside an open transaction or stream"));
-                }
                 match self.streams.get_mut(&abort.xid) {
                     Some(_) if abort.subxid == abort.xid => {
                         self.streams.remove(&abort.xid);
@@ -444,27 +486,29 @@ impl Decoder {
                     Some(held) => held.abort_subtransaction(abort.subxid),
                     None => {}
                 }
-                let meta = EventMeta {
-                    start_lsn: lsn,
-                    commit_lsn: None,
-                    tx_ordinal: 0,
-                    xid: Some(abort.xid),
-                    commit_timestamp: None,
-                };
-                sink.event(&meta, EventRef::StreamAbort(abort))
+                let meta = standalone_meta(lsn, Some(abort.xid));
+                Ok(sink.event(&meta, EventRef::StreamAbort(abort))?)
             }
+            _ => Err(out_of_sequence(msg.kind(), "not a streamed-transaction message").into()),
+        }
+    }
+
+    /// Begin Prepare, Prepare, Stream Prepare, Commit Prepared and Rollback Prepared: a
+    /// two-phase transaction, sent when it is prepared and held by GID until COMMIT
+    /// PREPARED hands it to [`Decoder::replay_some`] or ROLLBACK PREPARED drops it. The
+    /// prepare markers are held with it, delivered in their place.
+    fn feed_two_phase<S: EventSink>(
+        &mut self,
+        msg: &Message<'_>,
+        bytes: &[u8],
+        lsn: Lsn,
+        sink: &mut S,
+    ) -> Result<(), FeedError> {
+        let marker = || hold(bytes, lsn, false, None, Resolved::default());
+        match msg {
             Message::BeginPrepare(info) => {
-                if self.in_transaction() {
-                    return Err(seq_err(
-                        "Begin Prepare inside an open transaction or stream",
-                    ));
-                }
                 let mut held = HeldTx::new(&self.budget);
-                held.push(
-                    hold(bytes, lsn, false, None, Resolved::default()),
-                    &self.spill,
-                )
-                .map_err(|e| spill_error(kind, &e))?;
+                held.push(marker(), &self.spill)?;
                 self.state = TxState::Preparing {
                     gid: info.gid.to_owned(),
                     held,
@@ -472,48 +516,35 @@ impl Decoder {
                 Ok(())
             }
             Message::Prepare(info) => {
+                let kind = msg.kind();
                 match &self.state {
                     TxState::Preparing { gid, .. } if gid == info.gid => {}
                     TxState::Preparing { .. } => {
-                        return Err(seq_err("Prepare names another GID than Begin Prepare"))
+                        return Err(out_of_sequence(
+                            kind,
+                            "Prepare names another GID than Begin Prepare",
+                        )
+                        .into())
                     }
-                    _ => return Err(seq_err("Prepare without Begin Prepare")),
+                    _ => return Err(out_of_sequence(kind, "Prepare without Begin Prepare").into()),
                 }
                 if let TxState::Preparing { gid, mut held } =
                     std::mem::replace(&mut self.state, TxState::Idle)
                 {
-                    held.push(
-                        hold(bytes, lsn, false, None, Resolved::default()),
-                        &self.spill,
-                    )
-                    .map_err(|e| spill_error(kind, &e))?;
+                    held.push(marker(), &self.spill)?;
                     self.prepared.insert(gid, held);
                 }
                 Ok(())
             }
             Message::StreamPrepare(info) => {
-                if self.in_transaction() {
-                    return Err(seq_err(
-                        "Stream Prepare inside an open transaction or stream",
-                    ));
-                }
                 let held = self.streams.remove(&info.xid);
                 let mut held = held.unwrap_or_else(|| HeldTx::new(&self.budget));
                 self.relations.extend(held.relations.drain());
-                held.push(
-                    hold(bytes, lsn, false, None, Resolved::default()),
-                    &self.spill,
-                )
-                .map_err(|e| spill_error(kind, &e))?;
+                held.push(marker(), &self.spill)?;
                 self.prepared.insert(info.gid.to_owned(), held);
                 Ok(())
             }
             Message::CommitPrepared(commit) => {
-                if self.in_transaction() {
-                    return Err(seq_err(
-                        "Commit Prepared inside an open transaction or stream",
-                    ));
-                }
                 let held = self.prepared.remove(commit.gid);
                 let held = held.unwrap_or_else(|| HeldTx::new(&self.budget));
                 let tx = TxMeta {
@@ -522,60 +553,72 @@ impl Decoder {
                     commit_timestamp: Some(commit.timestamp),
                     next_ordinal: 0,
                 };
-                self.start_replay(held, tx, bytes, lsn, kind)
+                Ok(self.start_replay(held, tx, bytes, lsn)?)
             }
             Message::RollbackPrepared(rollback) => {
-                if self.in_transaction() {
-                    return Err(seq_err(
-                        "Rollback Prepared inside an open transaction or stream",
-                    ));
-                }
                 self.prepared.remove(rollback.gid);
-                let meta = EventMeta {
-                    start_lsn: lsn,
-                    commit_lsn: None,
-                    tx_ordinal: 0,
-                    xid: Some(rollback.xid),
-                    commit_timestamp: None,
-                };
-                sink.event(&meta, EventRef::RollbackPrepared(rollback))
+                let meta = standalone_meta(lsn, Some(rollback.xid));
+                Ok(sink.event(&meta, EventRef::RollbackPrepared(rollback))?)
             }
-            // Relation, Type, Origin, Insert, Update, Delete, Truncate, Message.
-            _ => self.feed_in_transaction(msg, bytes, lsn, sink),
+            _ => Err(out_of_sequence(msg.kind(), "not a two-phase message").into()),
         }
     }
 
-    /// Messages that belong to a transaction: delivered now (plain transaction), or held
-    /// (streamed block, two-phase transaction being prepared).
-    fn feed_in_transaction<S: EventSink>(
+    /// Relation, Type, Origin and logical Message: descriptions the changes that follow
+    /// are read against, and annotations. A non-transactional logical message is
+    /// delivered as it comes, wherever it is; the others belong to the transaction in
+    /// progress.
+    fn feed_catalog<S: EventSink>(
         &mut self,
         msg: &Message<'_>,
         bytes: &[u8],
         lsn: Lsn,
         sink: &mut S,
-    ) -> Result<(), DecodeError> {
-        // A non-transactional logical message is delivered as it comes, wherever it is.
+    ) -> Result<(), FeedError> {
         if let Message::Message(m) = msg {
             if !m.transactional {
-                let meta = EventMeta {
-                    start_lsn: lsn,
-                    commit_lsn: None,
-                    tx_ordinal: 0,
-                    xid: m.xid,
-                    commit_timestamp: None,
-                };
-                return sink.event(&meta, EventRef::Message(m));
+                return Ok(sink.event(&standalone_meta(lsn, m.xid), EventRef::Message(m))?);
             }
         }
+        self.hold_or_deliver(msg, bytes, lsn, sink)
+    }
+
+    /// Insert, Update, Delete and Truncate: row changes of the transaction in progress.
+    fn feed_row_change<S: EventSink>(
+        &mut self,
+        msg: &Message<'_>,
+        bytes: &[u8],
+        lsn: Lsn,
+        sink: &mut S,
+    ) -> Result<(), FeedError> {
         // The common case: a row change in a plain transaction, delivered at once with its
         // relation borrowed from the cache.
         if self.open_stream.is_none() {
             if let TxState::Plain(tx) = &mut self.state {
                 if let Some(relation) = resolve_row(msg, &self.relations, None)? {
-                    return dispatch(msg, ResolvedRef::Relation(relation), lsn, tx, sink);
+                    return Ok(dispatch(
+                        msg,
+                        ResolvedRef::Relation(relation),
+                        lsn,
+                        tx,
+                        sink,
+                    )?);
                 }
             }
         }
+        self.hold_or_deliver(msg, bytes, lsn, sink)
+    }
+
+    /// A message that belongs to the transaction in progress, resolved against the
+    /// relations in force: held (streamed block, two-phase transaction being prepared) or
+    /// delivered now (plain transaction).
+    fn hold_or_deliver<S: EventSink>(
+        &mut self,
+        msg: &Message<'_>,
+        bytes: &[u8],
+        lsn: Lsn,
+        sink: &mut S,
+    ) -> Result<(), FeedError> {
         let stream_relations = self.open_stream.and_then(|xid| self.streams.get(&xid));
         let resolved = resolve(
             msg,
@@ -602,24 +645,22 @@ impl Decoder {
                 }
             }
             let subxid = data_xid(msg);
-            return held
-                .push(hold(bytes, lsn, true, subxid, resolved), &self.spill)
-                .map_err(|e| spill_error(msg.kind(), &e));
+            held.push(hold(bytes, lsn, true, subxid, resolved), &self.spill)?;
+            return Ok(());
         }
 
         if matches!(self.state, TxState::Idle) {
-            return Err(DecodeError::new(
-                msg.kind(),
-                0,
-                Reason::OutOfSequence("change outside a transaction (no Begin)"),
-            ));
+            return Err(
+                out_of_sequence(msg.kind(), "change outside a transaction (no Begin)").into(),
+            );
         }
         self.remember_schema(msg, &resolved);
         match &mut self.state {
-            TxState::Preparing { held, .. } => held
-                .push(hold(bytes, lsn, false, None, resolved), &self.spill)
-                .map_err(|e| spill_error(msg.kind(), &e)),
-            TxState::Plain(tx) => dispatch(msg, resolved.as_ref(), lsn, tx, sink),
+            TxState::Preparing { held, .. } => {
+                held.push(hold(bytes, lsn, false, None, resolved), &self.spill)?;
+                Ok(())
+            }
+            TxState::Plain(tx) => Ok(dispatch(msg, resolved.as_ref(), lsn, tx, sink)?),
             TxState::Idle => Ok(()),
         }
     }
@@ -649,9 +690,8 @@ impl Decoder {
         tx: TxMeta,
         closing: &[u8],
         lsn: Lsn,
-        kind: MessageKind,
-    ) -> Result<(), DecodeError> {
-        let reader = held.into_reader().map_err(|e| spill_error(kind, &e))?;
+    ) -> Result<(), SpillError> {
+        let reader = held.into_reader()?;
         self.replay = Some(Replay {
             reader,
             tx,
@@ -667,18 +707,14 @@ impl Decoder {
         &mut self,
         sink: &mut S,
         max_messages: usize,
-    ) -> Result<Replayed, DecodeError> {
+    ) -> Result<Replayed, FeedError> {
         let mut done = Replayed::default();
         let Some(replay) = &mut self.replay else {
             return Ok(done);
         };
         let config = self.config;
         while done.messages < max_messages {
-            let next = replay
-                .reader
-                .next_message()
-                .map_err(|e| spill_error(MessageKind::StreamCommit, &e))?;
-            let Some(m) = next else {
+            let Some(m) = replay.reader.next_message()? else {
                 done.finished = true;
                 break;
             };
@@ -699,13 +735,7 @@ impl Decoder {
                     Message::CommitPrepared(c) => {
                         sink.event(&meta, EventRef::CommitPrepared(c))?;
                     }
-                    _ => {
-                        return Err(DecodeError::new(
-                            msg.kind(),
-                            0,
-                            Reason::OutOfSequence("not a commit"),
-                        ))
-                    }
+                    _ => return Err(out_of_sequence(msg.kind(), "not a commit").into()),
                 }
             }
         }
@@ -738,9 +768,38 @@ struct Replay {
     closing_lsn: Lsn,
 }
 
-/// Holding a transaction on disk failed (a full or unwritable spill directory).
-fn spill_error(kind: MessageKind, e: &std::io::Error) -> DecodeError {
-    DecodeError::new(kind, 0, Reason::Spill(e.to_string()))
+/// A message that is valid but not here: `what` says why.
+fn out_of_sequence(kind: MessageKind, what: &'static str) -> DecodeError {
+    DecodeError::new(kind, 0, Reason::OutOfSequence(what))
+}
+
+/// The messages that open or settle a whole transaction, and so are valid only between
+/// transactions (outside Begin … Commit, Begin Prepare … Prepare and streamed blocks):
+/// the error text for one that comes inside. `None` for the others.
+fn between_transactions_only(kind: MessageKind) -> Option<&'static str> {
+    Some(match kind {
+        MessageKind::Begin => "Begin inside an open transaction or streamed block",
+        MessageKind::StreamStart => "Stream Start inside an open transaction or stream",
+        MessageKind::StreamCommit => "Stream Commit inside an open transaction or stream",
+        MessageKind::StreamAbort => "Stream Abort inside an open transaction or stream",
+        MessageKind::BeginPrepare => "Begin Prepare inside an open transaction or stream",
+        MessageKind::StreamPrepare => "Stream Prepare inside an open transaction or stream",
+        MessageKind::CommitPrepared => "Commit Prepared inside an open transaction or stream",
+        MessageKind::RollbackPrepared => "Rollback Prepared inside an open transaction or stream",
+        _ => return None,
+    })
+}
+
+/// The context of an event delivered outside any transaction's numbering: stream
+/// framing, Stream Abort, Rollback Prepared, a non-transactional logical message.
+fn standalone_meta(lsn: Lsn, xid: Option<u32>) -> EventMeta {
+    EventMeta {
+        start_lsn: lsn,
+        commit_lsn: None,
+        tx_ordinal: 0,
+        xid,
+        commit_timestamp: None,
+    }
 }
 
 /// `tuple`'s allocation, emptied, free of the message it borrowed from (collecting an
@@ -1021,7 +1080,3 @@ impl Default for Decoder {
         Self::new(DecoderConfig::default())
     }
 }
-
-#[cfg(test)]
-#[path = "decoder_tests.rs"]
-mod tests;

@@ -72,11 +72,17 @@ impl Run {
             out: EventCollector::default(),
         }
     }
+    /// Feeds one message. Nothing here outgrows memory, so a failure is a `DecodeError`.
     fn feed(&mut self, bytes: &[u8], lsn: u64) -> Result<(), DecodeError> {
-        self.dec.feed(bytes, lsn, &mut self.out)
+        self.dec
+            .feed(bytes, lsn, &mut self.out)
+            .map_err(|e| match e {
+                FeedError::Decode(e) => e,
+                FeedError::Spill(e) => panic!("nothing should be spilled here: {e}"),
+            })
     }
-    fn ok(&mut self, bytes: Vec<u8>, lsn: u64) -> &mut Self {
-        self.feed(&bytes, lsn).unwrap();
+    fn ok(&mut self, bytes: impl AsRef<[u8]>, lsn: u64) -> &mut Self {
+        self.feed(bytes.as_ref(), lsn).unwrap();
         self
     }
     fn kinds(&self) -> Vec<&'static str> {
@@ -156,6 +162,116 @@ fn out_of_sequence_messages_are_errors() {
     assert!(r
         .feed(&Bytes::tag(b'c').i32(5).u8(0).u64(1).u64(2).u64(3).0, 7)
         .is_err());
+}
+
+#[test]
+fn messages_that_settle_a_whole_transaction_are_refused_inside_one() {
+    let inside = [
+        (
+            begin(0x600, 10),
+            "Begin inside an open transaction or streamed block",
+        ),
+        (
+            Bytes::tag(b'S').i32(5).u8(1).0,
+            "Stream Start inside an open transaction or stream",
+        ),
+        (
+            Bytes::tag(b'c').i32(5).u8(0).u64(1).u64(2).u64(3).0,
+            "Stream Commit inside an open transaction or stream",
+        ),
+        (
+            Bytes::tag(b'A').i32(5).i32(5).0,
+            "Stream Abort inside an open transaction or stream",
+        ),
+        (
+            Bytes::tag(b'b').u64(1).u64(2).u64(3).i32(5).s("g").0,
+            "Begin Prepare inside an open transaction or stream",
+        ),
+        (
+            Bytes::tag(b'p').u8(0).u64(1).u64(2).u64(3).i32(5).s("g").0,
+            "Stream Prepare inside an open transaction or stream",
+        ),
+        (
+            Bytes::tag(b'K').u8(0).u64(1).u64(2).u64(3).i32(5).s("g").0,
+            "Commit Prepared inside an open transaction or stream",
+        ),
+        (
+            Bytes::tag(b'r')
+                .u8(0)
+                .u64(1)
+                .u64(2)
+                .u64(3)
+                .u64(4)
+                .i32(5)
+                .s("g")
+                .0,
+            "Rollback Prepared inside an open transaction or stream",
+        ),
+    ];
+    let mut r = Run::new(4);
+    r.ok(begin(0x500, 9), 1);
+    for (message, text) in &inside {
+        let e = r.feed(message, 2).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("malformed {} message at byte 0: {text}", e.kind)
+        );
+        assert_eq!((e.offset, e.reason), (0, Reason::OutOfSequence(text)));
+    }
+    // Nothing changed: the transaction is still open and commits.
+    r.ok(commit(0x500), 3);
+    assert_eq!(r.kinds(), ["begin", "commit"]);
+    // Commit and Stream Stop have their own checks.
+    assert_eq!(
+        r.feed(&commit(0x500), 4).unwrap_err().reason,
+        Reason::OutOfSequence("Commit without Begin")
+    );
+    assert_eq!(
+        r.feed(&Bytes::tag(b'E').0, 5).unwrap_err().reason,
+        Reason::OutOfSequence("Stream Stop without Stream Start")
+    );
+    assert_eq!(
+        r.feed(&relation(None, b'd', &[("id", true)]), 6)
+            .unwrap_err()
+            .reason,
+        Reason::OutOfSequence("change outside a transaction (no Begin)")
+    );
+}
+
+#[test]
+fn a_spill_file_that_cannot_be_made_is_a_spill_error_not_a_decode_error() {
+    let missing = std::env::temp_dir().join("pgwire_cdc-decoder-tests-no-such-dir/below");
+    let mut dec = Decoder::new(DecoderConfig {
+        proto_version: 3,
+        binary: false,
+    })
+    .with_spill(SpillConfig {
+        memory_limit: 0,
+        dir: Some(missing),
+    });
+    let begin_prepare = Bytes::tag(b'b').u64(1).u64(2).u64(3).i32(5).s("g").0;
+    let err = dec
+        .feed(&begin_prepare, 1, &mut EventCollector::default())
+        .unwrap_err();
+    let FeedError::Spill(spill) = &err else {
+        panic!("expected a spill error, got {err:?}");
+    };
+    assert_eq!(spill.io_kind, std::io::ErrorKind::NotFound);
+    assert!(spill
+        .problem
+        .contains("pgwire_cdc-decoder-tests-no-such-dir"));
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "holding a streamed or prepared transaction on disk failed: {} (give spill_dir a \
+             writable directory with room for the largest transaction, or raise \
+             spill_threshold)",
+            spill.problem
+        )
+    );
+    // The Begin Prepare was not taken: the decoder is still between transactions.
+    assert!(!dec.in_transaction());
+    assert_eq!(dec.held_in_memory(), 0);
 }
 
 #[test]
