@@ -1,4 +1,4 @@
-"""The module graph stays acyclic (docs/development.md lists it; no server needed).
+"""The module graph stays acyclic and documented (no server needed).
 
 * Rust: no two modules of ``rust/src`` use each other, directly or around a loop, counting
   ``crate::`` and ``super::`` paths in code (not in comments). A folder module's own
@@ -6,6 +6,9 @@
   they are private to it, so the loop never leaves the folder.
 * Python: the top-level imports of ``python/pgwire_cdc`` form no loop (imports made
   inside functions run after every module is loaded and are not counted).
+* docs/development.md lists exactly these graphs: each table row names the modules its
+  module uses (Rust, by top-level module) or imports (Python, at the top and inside
+  functions).
 """
 
 from __future__ import annotations
@@ -118,3 +121,50 @@ def test_python_top_level_imports_form_no_loop() -> None:
     graph = _python_graph()
     assert ("streaming",) in graph[("__init__",)]
     assert _cycles(graph) == []
+
+
+# -- the graph as docs/development.md lists it ------------------------------------------
+
+DEVELOPMENT = ROOT / "docs" / "development.md"
+
+
+def _documented(heading: str) -> dict[str, list[set[str]]]:
+    """The rows of the table under ``heading``: module -> its dependency columns."""
+    text = DEVELOPMENT.read_text().split(heading, 1)[1].split("\n### ", 1)[0]
+    rows: dict[str, list[set[str]]] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not re.fullmatch(r"`\w+`", cells[0]):
+            continue
+        rows[cells[0].strip("`")] = [set(re.findall(r"`(\w+)`", c)) for c in cells[2:]]
+    return rows
+
+
+def _function_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node not in tree.body:
+            found.update(
+                [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+            )
+    return found
+
+
+def test_the_development_doc_lists_the_rust_graph() -> None:
+    used: dict[str, set[str]] = {}
+    for module, edges in _rust_graph().items():
+        if module:
+            used.setdefault(module[0], set()).update(e[0] for e in edges if e and e[0] != module[0])
+    documented = {name: columns[0] for name, columns in _documented("### Rust").items()}
+    assert documented == used
+
+
+def test_the_development_doc_lists_the_python_graph() -> None:
+    graph = _python_graph()
+    actual = {}
+    for path in PYTHON.glob("*.py"):
+        top = {m[0] for m in graph[(path.stem,)]}
+        actual[path.stem] = [top, _function_imports(path) - top - {path.stem}]
+    actual["_native"] = [set(), set()]
+    assert _documented("### Python") == actual

@@ -42,12 +42,9 @@ def _dsn_arg(p: argparse.ArgumentParser, required: bool = True) -> None:
 def _connect(dsn: str) -> Any:
     """The same connection ``stream()`` makes: a malformed DSN is a ConfigError (never
     echoed), a failed login a ConnectionError with what to check."""
-    from . import session
-    from .streaming import _connect as connect
+    from .connection import connect
 
-    conn = connect(dsn)
-    session.apply(conn)
-    return conn
+    return connect(dsn)
 
 
 def _lsn(value: str) -> int:

@@ -995,7 +995,7 @@ def _spark_snapshot(
     written to its Delta table, with the consistent point as the table's position. Rows
     go from the tasks to Delta files, never through the driver."""
     from . import spark_snapshot
-    from .streaming import _connect
+    from .connection import connect as _connect
 
     writer = sink.writer
     assert isinstance(writer, SparkWriter)
@@ -1039,7 +1039,7 @@ def _published(dsn: str, publication: str, tables: Iterable[str] | None) -> list
     if tables is not None:
         return [t if "." in t else f"public.{t}" for t in tables]
     from . import admin, catalog
-    from .streaming import _connect
+    from .connection import connect as _connect
 
     with _connect(dsn) as conn:
         if not admin.publication_exists(conn, publication):
@@ -1050,7 +1050,7 @@ def _published(dsn: str, publication: str, tables: Iterable[str] | None) -> list
 def _create_missing(dsn: str, publication: str, sink: DeltaSink) -> None:
     """Creates the Delta tables of source tables that had no rows to copy."""
     from .catalog import change_table_schema
-    from .streaming import _connect
+    from .connection import connect as _connect
 
     with _connect(dsn) as conn:
         for name in sink.missing:
@@ -1067,7 +1067,7 @@ def _check_slot_matches(dsn: str, slot: str, sink: DeltaSink, held: dict[str, An
     """An existing slot with no Delta table would stream changes on top of nothing: the
     rows from before the slot was made would be missing."""
     from . import admin
-    from .streaming import _connect
+    from .connection import connect as _connect
 
     if held:
         return

@@ -35,7 +35,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import delta, session
+from . import delta
+from .connection import connect
 from .streaming import stream
 
 TABLES = ("customers", "orders", "events")
@@ -106,10 +107,8 @@ class Writer(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        import psycopg
-
         try:
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
+            with connect(self.dsn) as conn:
                 per_tx = 10
                 started = time.monotonic()
                 tx = 0
@@ -209,7 +208,6 @@ def run_demo(
     use_spark: bool = True,
     as_json: bool = False,
 ) -> int:
-    import psycopg
 
     from ._embedded import demo_server
 
@@ -221,9 +219,8 @@ def run_demo(
     customers, orders, events = max(seed_rows // 5, 100), seed_rows, max(seed_rows // 5, 100)
     with (
         demo_server(dsn, _say) as (server_dsn, where),
-        psycopg.connect(server_dsn, autocommit=True) as conn,
+        connect(server_dsn) as conn,
     ):
-        session.apply(conn)
         version = conn.info.server_version
         _say(f"connected: PostgreSQL {version // 10000}.{version % 10000} ({where})")
         conn.execute(f"CREATE SCHEMA {schema}")

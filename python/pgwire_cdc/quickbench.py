@@ -44,6 +44,7 @@ def run_bench(dsn: str | None, rows: int = 200_000) -> dict[str, Any]:
 
     from . import delta
     from ._embedded import demo_server
+    from .connection import connect
     from .lsn import lsn_to_int
     from .streaming import stream
 
@@ -51,7 +52,7 @@ def run_bench(dsn: str | None, rows: int = 200_000) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="pgwire_cdc_quickbench_"))
     with (
         demo_server(dsn, _say) as (server_dsn, where),
-        psycopg.connect(server_dsn, autocommit=True) as conn,
+        connect(server_dsn) as conn,
     ):
         conn.execute(TABLE_SQL.format(t=name))
         try:

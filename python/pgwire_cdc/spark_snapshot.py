@@ -52,6 +52,7 @@ from psycopg import sql
 
 from . import _native, catalog
 from .catalog import TableInfo
+from .connection import connect
 from .errors import ConfigError, Error
 from .spark import for_spark, spark_schema
 from .tables import METADATA_COLUMNS, table_of
@@ -128,7 +129,7 @@ def read_partition(
         consistent_point,
         first_ordinal,
     )
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with connect(dsn) as conn:
         with conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             try:
@@ -230,7 +231,7 @@ def _keeper(request: dict[str, Any]) -> None:
     started = time.monotonic()
     holder: Any
     try:
-        listener = psycopg.connect(dsn, autocommit=True)
+        listener = connect(dsn)
         if request.get("slot"):
             # The slot's own snapshot: valid while its replication session stays idle.
             holder = _native.ReplicationConnection(dsn)
@@ -239,7 +240,7 @@ def _keeper(request: dict[str, Any]) -> None:
             )
             name, announce = str(exported), f"snapshot {exported} {point}"
         else:
-            holder = psycopg.connect(dsn)
+            holder = connect(dsn, autocommit=False)
             holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             row = holder.execute("SELECT pg_export_snapshot()").fetchone()
             assert row is not None
@@ -287,7 +288,7 @@ def schema_for(options: dict[str, str]) -> Any:
         need(options, "table"),
         options.get("publication"),
     )
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with connect(dsn) as conn:
         return spark_schema(
             for_spark(data_schema(describe(conn, table, publication)).empty_table()).schema
         )

@@ -53,8 +53,9 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import admin, session, spark_snapshot
+from . import admin, spark_snapshot
 from .catalog import change_table_schema
+from .connection import connect
 from .errors import ConfigError, SlotError
 from .lsn import int_to_lsn, lsn_to_int
 from .spark import spark_schema
@@ -132,7 +133,7 @@ class PgwireCdcDataSource(DataSource):
         if "slot" not in options:
             return spark_snapshot.schema_for(options)
         o = _Options(options)
-        with psycopg.connect(o.dsn, autocommit=True) as conn:
+        with connect(o.dsn) as conn:
             return spark_schema(change_table_schema(conn, o.publication, o.table))
 
     def reader(self, schema: Any) -> DataSourceReader:
@@ -163,7 +164,7 @@ class PgwireCdcBatchReader(DataSourceReader):
         self.ttl = float(options.get("snapshot_ttl", "86400"))
         self.keep = float(options.get("keep_seconds", "60"))
         self.snapshot = options.get("snapshot")
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
+        with connect(self.dsn) as conn:
             self.info = spark_snapshot.describe(conn, table, options.get("publication"))
             self.queries = spark_snapshot.partition_queries(conn, self.info, partitions)
 
@@ -223,9 +224,7 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     # -- driver side -----------------------------------------------------------------
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = psycopg.connect(self.o.dsn, autocommit=True)
-        session.apply(conn)
-        return conn
+        return connect(self.o.dsn)
 
     def initialOffset(self) -> dict[str, int]:
         with self._connect() as conn:

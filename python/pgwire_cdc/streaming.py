@@ -50,8 +50,9 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
-from . import _native, admin, catalog, incremental, preflight, session
+from . import _native, admin, catalog, incremental, preflight
 from ._native import Stop
+from .connection import SESSION_SETTINGS, connect
 from .errors import ConfigError, ConnectionError, SlotError
 from .lsn import int_to_lsn, lsn_to_int
 from .tables import merge_segments, table_of
@@ -263,9 +264,8 @@ class _Stream:
     # -- setup ---------------------------------------------------------------------
 
     def prepare(self) -> None:
-        conn = _connect(self.dsn)
+        conn = connect(self.dsn)
         self.conn = conn
-        session.apply(conn)
         # Every check runs before any DDL; the publication DDL commits only when nothing is
         # in the way (preflight.py).
         found = preflight.run(
@@ -333,7 +333,7 @@ class _Stream:
     def _replication_connection(self) -> _native.ReplicationConnection:
         repl = _native.ReplicationConnection(self.dsn)
         # Text-format values are printed by the walsender with these settings.
-        for name, value in session.SESSION_SETTINGS.items():
+        for name, value in SESSION_SETTINGS.items():
             repl.query("SELECT set_config(" + _literal(name) + ", " + _literal(value) + ", false)")
         return repl
 
@@ -599,8 +599,7 @@ class _Stream:
         try:
             if self.conn is None or self.conn.closed or self.conn.broken:
                 self._close_setup_connection()
-                conn = _connect(self.dsn)
-                session.apply(conn)
+                conn = connect(self.dsn)
                 conn.execute(
                     sql.SQL("LISTEN {}").format(sql.Identifier(resnapshot_channel(self.slot)))
                 )
@@ -789,7 +788,7 @@ def resnapshot(dsn: str, slot: str, tables: Sequence[admin.TableSpec]) -> list[s
     notification to that stream (``NOTIFY``), which a stopped one would miss; start it
     with ``held_tables`` leaving those tables out instead.
     """
-    conn = _connect(dsn)
+    conn = connect(dsn)
     try:
         names = [r.qualified for r in admin.resolve_tables(conn, tables)]
         info = admin.get_slot(conn, slot)
@@ -810,51 +809,6 @@ def resnapshot(dsn: str, slot: str, tables: Sequence[admin.TableSpec]) -> list[s
 
 def _literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
-
-
-def _connect(dsn: str) -> psycopg.Connection[Any]:
-    """The setup connection (psycopg). Its failures become :class:`ConnectionError` (or
-    :class:`ConfigError` for a malformed DSN) saying what to check; no message carries the
-    password, nor a piece of the connection string (libpq quotes the words it cannot
-    parse, which may be a password)."""
-    try:
-        params = psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.Error:
-        raise ConfigError(
-            "invalid connection string (not shown: it may hold a password); it must be"
-            " libpq key=value pairs or a postgresql:// URI"
-        ) from None
-    password = str(params.get("password") or "")
-    try:
-        return psycopg.connect(dsn, autocommit=True)
-    except psycopg.Error as e:
-        message = str(e).strip()
-        if password:
-            message = message.replace(password, "***")
-        sqlstate = getattr(e, "sqlstate", None)
-        if "password authentication failed" in message or sqlstate == "28P01":
-            sqlstate = "28P01"
-            fix = (
-                "check the role's password: the DSN's password, the PGPASSWORD environment"
-                " variable or the password file (~/.pgpass); as a superuser, ALTER ROLE ..."
-                " PASSWORD '...' sets it"
-            )
-        elif "does not support SSL" in message:
-            fix = (
-                "the server does not offer TLS but the DSN's sslmode requires it: turn TLS on"
-                " in the server (ssl = on with ssl_cert_file and ssl_key_file in"
-                " postgresql.conf, then reload) or connect with sslmode=prefer"
-            )
-        elif "no pg_hba.conf entry" in message:
-            fix = (
-                "add a line for this host, database and role to the server's pg_hba.conf and"
-                " reload it (SELECT pg_reload_conf())"
-            )
-        else:
-            fix = "check that the server is running and that host and port are right"
-        raise ConnectionError(
-            f"could not connect to PostgreSQL: {message}; {fix}", sqlstate=sqlstate
-        ) from None
 
 
 def _transient(error: Exception) -> bool:

@@ -438,12 +438,12 @@ class PgCluster:
 
     def connect(self, dbname: str = "postgres", **kwargs: Any) -> psycopg.Connection[Any]:
         """A psycopg 3 connection (autocommit) to `dbname`, with pgwire_cdc's session
-        settings (:mod:`pgwire_cdc.session`)."""
+        settings (:mod:`pgwire_cdc.connection`)."""
         import psycopg
-        from pgwire_cdc import session
+        from pgwire_cdc.connection import apply_settings
 
         conn = psycopg.connect(self.dsn_for(dbname), autocommit=True, **kwargs)
-        session.apply(conn)
+        apply_settings(conn)
         return conn
 
     def create_database(self, prefix: str = "t") -> str:
