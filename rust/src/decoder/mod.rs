@@ -359,6 +359,7 @@ impl Decoder {
 
     /// One parsed message, handed to its family. A message that opens or settles a whole
     /// transaction is first checked to come between transactions, here and only here.
+    #[inline]
     fn feed_message<S: EventSink>(
         &mut self,
         msg: &Message<'_>,
@@ -390,6 +391,7 @@ impl Decoder {
     /// The in-transaction check: a message of `kind` that may only come between
     /// transactions (see [`between_transactions_only`]) fails if a transaction, a two-phase
     /// transaction being prepared or a streamed block is open.
+    #[inline]
     fn check_between_transactions(&self, kind: MessageKind) -> Result<(), DecodeError> {
         match between_transactions_only(kind) {
             Some(what) if self.in_transaction() => Err(out_of_sequence(kind, what)),
@@ -584,6 +586,7 @@ impl Decoder {
     }
 
     /// Insert, Update, Delete and Truncate: row changes of the transaction in progress.
+    #[inline]
     fn feed_row_change<S: EventSink>(
         &mut self,
         msg: &Message<'_>,
