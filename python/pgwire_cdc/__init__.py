@@ -20,7 +20,7 @@ from .errors import (
     SpillError,
 )
 from .lsn import int_to_lsn, lsn_to_int
-from .streaming import Batch, resnapshot, stream
+from .streaming import Batch, StreamOptions, resnapshot, stream
 
 __all__ = [
     "UNCHANGED_TOAST",
@@ -34,6 +34,7 @@ __all__ = [
     "Event",
     "SlotError",
     "SpillError",
+    "StreamOptions",
     "errors",
     "int_to_lsn",
     "lsn_to_int",

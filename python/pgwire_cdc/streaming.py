@@ -42,7 +42,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -147,37 +147,55 @@ def _temporary_slot_name(slot: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class StreamOptions:
-    """The options of one ``stream()`` run: its arguments but the DSN (which may hold a
-    password), under the same names, checked once when built (:class:`ConfigError` for
-    the first that is wrong). Every one is required: the defaults are ``stream()``'s."""
+    """Everything ``stream()`` takes but the DSN (which may hold a password), under the same
+    names and with the same defaults, checked once when built (:class:`ConfigError` for
+    the first that is wrong). Build one, keep it, and pass it as ``stream(dsn,
+    options=...)``; :func:`dataclasses.replace` gives a changed copy. ``stream()``'s
+    docstring and docs/streaming.md explain each field."""
 
-    publication: InitVar[str | Sequence[str]]
-    #: ``publication`` as a list of names (pgoutput's ``publication_names``).
-    publications: list[str] = field(init=False)
-    slot: str
-    tables: list[str] | None
-    snapshot: bool
-    binary: bool
-    until_lsn: int | str | None
-    idle_timeout: float | None
-    max_batch_rows: int
-    max_batch_bytes: int
-    max_batch_ms: int
-    snapshot_workers: int
-    snapshot_split_blocks: int
-    proto_version: int | None
-    reconnect_attempts: int
-    reconnect_delay: float
-    reconnect_max_delay: float
-    stall_timeout: float | None
-    streaming: bool
-    spill_threshold: int
-    spill_dir: str | os.PathLike[str] | None
-    held_tables: Collection[str] | Mapping[str, Sequence[Any] | None] | None
-    chunk_rows: int
-    snapshot_reader: Callable[[str, int, list[str]], None] | None
+    #: A publication name, or a list of them (pgoutput's ``publication_names``).
+    publication: str | Sequence[str] = "pub"
+    #: The replication slot: created when missing, resumed from when present.
+    slot: str = "pgwire_cdc_slot"
+    #: Tables ("schema.table") the publication must hold: created or added when missing.
+    tables: Sequence[str] | None = None
+    #: Copy a new slot's existing rows first.
+    snapshot: bool = True
+    #: Binary tuple data where every column has a binary decoder.
+    binary: bool = True
+    #: Stop once everything committed up to this LSN is delivered.
+    until_lsn: int | str | None = None
+    #: Stop after this many seconds without a change.
+    idle_timeout: float | None = None
+    #: Batch limits: rows, payload bytes, milliseconds.
+    max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
+    max_batch_ms: int = DEFAULT_MAX_BATCH_MS
+    #: Connections copying the initial snapshot at once.
+    snapshot_workers: int = 2
+    #: Tables of at least this many 8 KiB blocks are copied in CTID ranges.
+    snapshot_split_blocks: int = 1024
+    #: The pgoutput protocol version (None: the highest the server speaks).
+    proto_version: int | None = None
+    #: Reconnects after a lost replication connection (attempts, first delay, cap).
+    reconnect_attempts: int = RECONNECT_ATTEMPTS
+    reconnect_delay: float = RECONNECT_DELAY_S
+    reconnect_max_delay: float = RECONNECT_MAX_DELAY_S
+    #: Seconds of silence after which a replication connection counts as lost.
+    stall_timeout: float | None = None
+    #: Ask the server to stream large transactions while they run (protocol 2+).
+    streaming: bool = True
+    #: Bytes of held streamed transactions kept in memory; more goes to ``spill_dir``.
+    spill_threshold: int = DEFAULT_SPILL_THRESHOLD
+    spill_dir: str | os.PathLike[str] | None = None
+    #: The tables whose rows the consumer holds, and how far (see ``stream()``).
+    held_tables: Collection[str] | Mapping[str, Sequence[Any] | None] | None = None
+    #: Rows per chunk of an incremental snapshot.
+    chunk_rows: int = DEFAULT_CHUNK_ROWS
+    #: Copies a new slot's initial snapshot elsewhere (Spark tasks), see ``stream()``.
+    snapshot_reader: Callable[[str, int, list[str]], None] | None = None
 
-    def __post_init__(self, publication: str | Sequence[str]) -> None:
+    def __post_init__(self) -> None:
         if self.max_batch_rows < 1 or self.max_batch_bytes < 1 or self.max_batch_ms < 0:
             raise ConfigError("max_batch_rows and max_batch_bytes must be positive")
         if self.idle_timeout is not None and self.idle_timeout < 0:
@@ -201,19 +219,19 @@ class StreamOptions:
             raise ConfigError("chunk_rows must be positive")
         if self.held_tables is not None and isinstance(self.held_tables, str):
             raise ConfigError("held_tables is a list of table names (or a mapping), not one name")
+        if self.tables is not None and isinstance(self.tables, str):
+            raise ConfigError("tables is a list of table names, not one name")
         if self.proto_version is not None and self.proto_version not in preflight.PROTO_MIN_SERVER:
             raise ConfigError(
                 f"proto_version must be 1, 2, 3 or 4, not {self.proto_version!r} (or None: the"
                 " highest the server speaks)"
             )
-        if not _SLOT_NAME.fullmatch(self.slot):
+        if not isinstance(self.slot, str) or not _SLOT_NAME.fullmatch(self.slot):
             raise ConfigError(
                 f"invalid replication slot name {self.slot!r}: PostgreSQL allows only"
                 " lower-case letters, digits and underscores, at most 63 characters"
             )
-        publications = [publication] if isinstance(publication, str) else list(publication)
-        # Frozen: set once, here.
-        object.__setattr__(self, "publications", publications)
+        publications = self.publications
         if not publications or not all(isinstance(p, str) and p for p in publications):
             raise ConfigError("publication must be a publication name or a list of them")
         if self.tables and len(publications) > 1:
@@ -221,6 +239,12 @@ class StreamOptions:
                 "tables= adds tables to one publication: pass one publication name with it, or"
                 " list only existing publications"
             )
+
+    @property
+    def publications(self) -> list[str]:
+        """``publication`` as a list of names (pgoutput's ``publication_names``)."""
+        p = self.publication
+        return [p] if isinstance(p, str) else list(p)
 
     @property
     def spill_path(self) -> str | None:
@@ -271,7 +295,7 @@ class _Stream:
         found = preflight.run(
             conn,
             self.publications,
-            self.o.tables,
+            list(self.o.tables) if self.o.tables is not None else None,
             self.slot,
             snapshot=self.o.snapshot,
             proto_version=self.o.proto_version,
@@ -847,9 +871,13 @@ def stream(
     held_tables: Collection[str] | Mapping[str, Sequence[Any] | None] | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     snapshot_reader: Callable[[str, int, list[str]], None] | None = None,
+    options: StreamOptions | None = None,
 ) -> Iterator[Batch]:
     """Streams a publication's changes (after an initial snapshot for a new slot) as
     :class:`Batch` objects; see the module documentation and docs/streaming.md.
+
+    ``options``: a :class:`StreamOptions` holding every argument but the DSN, given instead
+    of the keywords (not both).
 
     ``publication`` is one name or a list of names (pgoutput's ``publication_names``): the
     tables of all of them, each once, a table's row filters joined by OR. ``tables``
@@ -905,30 +933,42 @@ def stream(
     ``ConfigError`` for one not held at start; one that joins while streaming is only
     streamed (a warning says so).
     """
-    options = StreamOptions(
-        publication=publication,
-        slot=slot,
-        tables=tables,
-        snapshot=snapshot,
-        binary=binary,
-        until_lsn=until_lsn,
-        idle_timeout=idle_timeout,
-        max_batch_rows=max_batch_rows,
-        max_batch_bytes=max_batch_bytes,
-        max_batch_ms=max_batch_ms,
-        snapshot_workers=snapshot_workers,
-        snapshot_split_blocks=snapshot_split_blocks,
-        proto_version=proto_version,
-        reconnect_attempts=reconnect_attempts,
-        reconnect_delay=reconnect_delay,
-        reconnect_max_delay=reconnect_max_delay,
-        stall_timeout=stall_timeout,
-        streaming=streaming,
-        spill_threshold=spill_threshold,
-        spill_dir=spill_dir,
-        held_tables=held_tables,
-        chunk_rows=chunk_rows,
-        snapshot_reader=snapshot_reader,
-    )
+    given = {
+        "publication": publication,
+        "slot": slot,
+        "tables": tables,
+        "snapshot": snapshot,
+        "binary": binary,
+        "until_lsn": until_lsn,
+        "idle_timeout": idle_timeout,
+        "max_batch_rows": max_batch_rows,
+        "max_batch_bytes": max_batch_bytes,
+        "max_batch_ms": max_batch_ms,
+        "snapshot_workers": snapshot_workers,
+        "snapshot_split_blocks": snapshot_split_blocks,
+        "proto_version": proto_version,
+        "reconnect_attempts": reconnect_attempts,
+        "reconnect_delay": reconnect_delay,
+        "reconnect_max_delay": reconnect_max_delay,
+        "stall_timeout": stall_timeout,
+        "streaming": streaming,
+        "spill_threshold": spill_threshold,
+        "spill_dir": spill_dir,
+        "held_tables": held_tables,
+        "chunk_rows": chunk_rows,
+        "snapshot_reader": snapshot_reader,
+    }
+    if options is None:
+        options = StreamOptions(**given)
+    elif not isinstance(options, StreamOptions):
+        raise ConfigError("options must be a pgwire_cdc.StreamOptions")
+    else:
+        defaults = {f.name: f.default for f in fields(StreamOptions)}
+        clash = sorted(k for k, v in given.items() if v != defaults[k])
+        if clash:
+            raise ConfigError(
+                f"pass either options= or keyword arguments, not both ({', '.join(clash)}"
+                " given too): dataclasses.replace(options, ...) changes a field"
+            )
     state = _Stream(dsn, options)
     return state.run()
