@@ -214,8 +214,46 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_FAILED if problems else EXIT_OK
 
 
+class ParquetSink:
+    """Change tables as Parquet files, ``<dir>/<schema.table>/<LSN>-<batch>.parquet``: a
+    :class:`pgwire_cdc.pipeline.Sink` keeping no record of what it holds (a restart
+    resumes from the slot)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.batches = 0
+        self.rows = 0
+
+    def held_tables(self, published: Sequence[str], slot_exists: bool) -> None:
+        return None
+
+    def snapshot_reader(self, dsn: str, options: Any) -> None:
+        return None
+
+    def apply(self, batch: Any) -> int:
+        """Writes one file per change table of ``batch``; returns the rows written."""
+        import pyarrow.parquet as pq
+
+        rows = 0
+        for name, table in batch.tables.items():
+            folder = self.folder / name
+            folder.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, folder / f"{batch.lsn:016X}-{self.batches:06d}.parquet")
+            rows += table.num_rows
+        self.batches += 1
+        self.rows += rows
+        return rows
+
+    def missing_tables(self) -> list[str]:
+        return []
+
+    def create_tables(self, schemas: Any) -> None:
+        return None
+
+
 def cmd_stream(args: argparse.Namespace) -> int:
-    from .streaming import stream
+    from . import pipeline
+    from .streaming import StreamOptions
 
     out = _writable_dir(args.parquet or args.delta)
     options: dict[str, Any] = {
@@ -266,23 +304,18 @@ def cmd_stream(args: argparse.Namespace) -> int:
             "seconds": round(time.monotonic() - started, 3),
         }
     else:
-        import pyarrow.parquet as pq
-
-        rows = batches = 0
-        for batch in stream(args.dsn, **options):
-            for name, table in batch.tables.items():
-                folder = out / name
-                folder.mkdir(parents=True, exist_ok=True)
-                pq.write_table(table, folder / f"{batch.lsn:016X}-{batches:06d}.parquet")
-                rows += table.num_rows
-            batches += 1
-            batch.ack()  # written: the slot may advance
-            _progress(batch, started)
+        sink = ParquetSink(out)
+        pipeline.run(
+            args.dsn,
+            StreamOptions(**options),
+            sink,
+            on_batch=lambda batch, rows: _progress(batch, started),
+        )
         _end_progress()
         summary = {
             "target": str(out),
-            "batches": batches,
-            "changes": rows,
+            "batches": sink.batches,
+            "changes": sink.rows,
             "seconds": round(time.monotonic() - started, 3),
         }
     if args.json:

@@ -64,11 +64,10 @@ progress (``Batch.snapshot_progress``) travels in the same commit, in the commit
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
@@ -77,6 +76,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import _native
+from .delta_position import APP_ID, NO_PROGRESS, Commit, cut, progress_of, unapplied
 from .errors import ConfigError, DeltaError
 from .spark import for_spark, spark_schema
 from .tables import METADATA_COLUMNS, mark_unchanged, table_of
@@ -84,14 +84,30 @@ from .tables import METADATA_COLUMNS, mark_unchanged, table_of
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from .streaming import Batch
+    from .streaming import Batch, StreamOptions
 
 log = logging.getLogger("pgwire_cdc")
 
-#: The transaction identifier (``txn`` appId) holding a table's position in the stream.
-APP_ID = "pgwire_cdc"
+__all__ = [
+    "APP_ID",
+    "WRITERS",
+    "ApplyStats",
+    "DeltaRsWriter",
+    "DeltaSink",
+    "Position",
+    "SparkWriter",
+    "apply",
+    "key_columns",
+    "merge_changes",
+    "position",
+    "read_table",
+    "run",
+    "table_path",
+]
+
 WRITERS = ("delta-rs", "spark")
-_NO_PROGRESS = object()
+_NO_PROGRESS = NO_PROGRESS
+_Commit = Commit
 
 
 @dataclass
@@ -220,19 +236,29 @@ def position(path: str) -> Position | None:
     table = _open(path)
     if table is None:
         return None
-    out = Position(table.transaction_version(APP_ID))
-    for commit in table.history(20):
-        meta = commit.get("userMetadata")
-        if not meta:
-            continue
-        try:
-            doc = json.loads(meta)
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and APP_ID in doc:
-            out.progress = doc[APP_ID].get("progress")
-            break
-    return out
+    return Position(table.transaction_version(APP_ID), _recorded_progress(table))
+
+
+#: Commits read by the first look for a table's progress; each further look reads four
+#: times as many.
+_HISTORY_PAGE = 32
+
+
+def _recorded_progress(table: Any) -> Any:
+    """The progress recorded by the newest commit that records one, however many commits
+    of other writers (OPTIMIZE, VACUUM, a user's own writes) came after it. The sink's
+    commits record it whenever the sink knows it, so the look usually ends at the sink's
+    last commit."""
+    limit = _HISTORY_PAGE
+    while True:
+        commits = table.history(limit)
+        for commit in commits:  # newest first
+            progress = progress_of(commit.get("userMetadata"))
+            if progress is not NO_PROGRESS:
+                return progress
+        if len(commits) < limit:
+            return NO_PROGRESS
+        limit *= 4
 
 
 def _quote(name: str) -> str:
@@ -273,20 +299,6 @@ def merge_clauses(
 def _unchanged_names(source: pa.Table) -> set[str]:
     names = pc.unique(pc.list_flatten(source["_unchanged"])).to_pylist()
     return {n for n in names if n is not None}
-
-
-@dataclass
-class _Commit:
-    """What one Delta commit records besides its rows."""
-
-    app_id: str
-    version: int
-    progress: Any = _NO_PROGRESS
-
-    def metadata(self) -> str | None:
-        if self.progress is _NO_PROGRESS:
-            return None
-        return json.dumps({APP_ID: {"progress": self.progress}}, default=str)
 
 
 class _Writer:
@@ -514,20 +526,6 @@ def _delta_shape(changes: pa.Table) -> pa.Table:
     return changes if schema.equals(changes.schema) else changes.cast(schema)
 
 
-def _after(changes: pa.Table, lsn: int | None, partial: tuple[int, int] | None) -> pa.Table:
-    """The rows past a table's position: commit LSN above ``lsn``, and of the transaction
-    ``partial`` = (commit LSN, ordinal) only the rows after that ordinal."""
-    keep = None
-    commit = changes["_commit_lsn"]
-    if lsn is not None:
-        keep = pc.greater(commit, lsn)
-    if partial is not None:
-        c, o = partial
-        later = pc.or_(pc.not_equal(commit, c), pc.greater(changes["_tx_ordinal"], o))
-        keep = later if keep is None else pc.and_(keep, later)
-    return changes if keep is None else changes.filter(keep)
-
-
 class DeltaSink:
     """The Delta tables of one stream under ``path``, kept by one writer."""
 
@@ -559,21 +557,107 @@ class DeltaSink:
     def table_path(self, name: str) -> str:
         return table_path(self.path, name)
 
-    def held_tables(self, names: Iterable[str] | None = None) -> dict[str, Any]:
-        """``stream(held_tables=...)`` for the tables ``names`` (default: every table in a
-        local ``path``): those with a Delta table, None when complete, or the key their
-        incremental snapshot reached."""
-        if names is None:
-            names = self.local_tables()
+    def held_tables(
+        self, published: Iterable[str] | None = None, slot_exists: bool = False
+    ) -> dict[str, Any]:
+        """``stream(held_tables=...)``: of the tables ``published`` and those with a Delta
+        table in a local ``path`` (default: only the latter), the ones with a Delta table,
+        None when complete, or the key their incremental snapshot reached. With
+        ``slot_exists`` (the stream resumes a slot), :class:`DeltaError` when there is no
+        table at all: the changes would land on top of nothing, the rows from before the
+        slot was made missing."""
+        names = sorted(set(published or ()) | set(self.local_tables()))
         held: dict[str, Any] = {}
         for name in names:
             pos = position(self.table_path(name))
             if pos is None:
                 continue
             held[name] = None if pos.progress is _NO_PROGRESS else pos.progress
-            if held[name] is not None:
-                self._progress[name] = held[name]
+            # Kept, and recorded again with the table's next commit (see position()).
+            self._progress[name] = held[name]
+        if slot_exists and not held:
+            raise DeltaError(
+                f"the replication slot exists but there is no Delta table under {self.path},"
+                " so the rows from before the slot was created would be missing; drop the"
+                " slot (pg_drop_replication_slot) to start with a new snapshot, or point the"
+                " sink at the directory that used it"
+            )
         return held
+
+    def snapshot_reader(
+        self, dsn: str, options: StreamOptions
+    ) -> Callable[[str, int, list[str]], None] | None:
+        """``stream(snapshot_reader=...)``: with the Spark writer, a new slot's initial
+        snapshot read by Spark tasks under the slot's exported snapshot
+        (``format("pgwire_cdc")``, CTID ranges) and written to the Delta tables, with the
+        consistent point as each table's position. Rows go from the tasks to Delta files,
+        never through the driver. None with the delta-rs writer."""
+        writer = self.writer
+        if not isinstance(writer, SparkWriter) or not options.snapshot:
+            return None
+        publications = options.publications
+        publication = publications[0] if len(publications) == 1 else None
+        return lambda snapshot, point, names: self._read_with_spark(
+            writer, dsn, publication, snapshot, point, names
+        )
+
+    def _read_with_spark(
+        self,
+        writer: SparkWriter,
+        dsn: str,
+        publication: str | None,
+        snapshot: str,
+        consistent_point: int,
+        names: list[str],
+    ) -> None:
+        from . import spark_snapshot
+        from .connection import connect as _connect
+
+        spark = writer.spark
+        partitions = max(1, int(spark.sparkContext.defaultParallelism))
+        for name in names:
+            path = self.table_path(name)
+            current = position(path)
+            if current is not None and current.lsn is not None and current.lsn > consistent_point:
+                raise DeltaError(
+                    f"{name}: the Delta table at {path} holds changes up to a later LSN than "
+                    "this stream's initial snapshot (was it written from another server or "
+                    "slot?); remove it or point the sink elsewhere"
+                )
+            with _connect(dsn) as conn:
+                info = spark_snapshot.describe(conn, name, publication)
+            schema = _delta_shape(spark_snapshot.data_schema(info).empty_table()).schema
+            if _open(path) is None:
+                writer.create(path, schema)
+            reader = (
+                spark.read.format("pgwire_cdc")
+                .option("dsn", dsn)
+                .option("table", name)
+                .option("snapshot", snapshot)
+                .option("partitions", str(partitions))
+            )
+            if publication is not None:
+                reader = reader.option("publication", publication)
+            newer = current is None or current.lsn is None or consistent_point > current.lsn
+            commit = _Commit(APP_ID, consistent_point, None) if newer else None
+            writer.save(reader.load(), path, "overwrite", commit)
+            self._prewritten.add(name)
+            log.info("%s: initial snapshot written by Spark", name)
+
+    def missing_tables(self) -> list[str]:
+        """Tables a snapshot reported complete that have no Delta table yet (the source
+        table had no rows): :meth:`create_tables` makes them."""
+        return list(self.missing)
+
+    def create_tables(self, schemas: Mapping[str, pa.Schema]) -> None:
+        """Creates the Delta tables of ``schemas`` (change-table schemas, by source table)
+        that do not exist yet, with the change tables' data columns."""
+        for name, schema in schemas.items():
+            path = self.table_path(name)
+            if _open(path) is None:
+                data = pa.schema([f for f in schema if f.name not in METADATA_COLUMNS])
+                self.writer.create(path, _delta_shape(data.empty_table()).schema)
+        self.missing = [name for name in self.missing if name not in schemas]
 
     def local_tables(self) -> list[str]:
         """The source tables with a Delta table in a local ``path``."""
@@ -595,7 +679,7 @@ class DeltaSink:
             self._snapshot_written, self._prewritten = self._prewritten, set()
             self.missing = []
             self._positions = {}
-            self._progress = {}
+            self._progress = {name: None for name in self._snapshot_written}
         groups: dict[str, list[tuple[int, pa.Table]]] = {}
         for key, changes in batch.tables.items():
             name, _, suffix = key.partition("@")
@@ -643,6 +727,7 @@ class DeltaSink:
             self.writer.write(path, rows, "overwrite", commit)
             self._snapshot_written.add(name)
             self._positions.pop(path, None)
+            self._progress[name] = None
         stats.commits += 1
         self._on_step("committed")
 
@@ -656,6 +741,16 @@ class DeltaSink:
         rows = read_table(path, "false")
         self.writer.write(path, rows, "overwrite", None)
         self._positions.pop(path, None)
+        self._progress[name] = None
+
+    def apply_table(self, path: str | os.PathLike[str], changes: pa.Table, lsn: int) -> ApplyStats:
+        """Commits one change table to the Delta table at ``path`` (any table path, made
+        absolute), skipping the rows at or below the table's recorded position; ``lsn``:
+        everything committed before it is in ``changes`` or earlier (a batch's LSN)."""
+        target = _base(path)
+        stats = ApplyStats(batches=1)
+        self._changes(os.path.basename(target), changes, lsn, _NO_PROGRESS, stats, path=target)
+        return stats
 
     def _changes(
         self,
@@ -669,8 +764,6 @@ class DeltaSink:
         path = path or self.table_path(name)
         if progress is _NO_PROGRESS:
             progress = self._progress.get(name, _NO_PROGRESS)
-        elif progress is None:
-            self._progress.pop(name, None)
         else:
             self._progress[name] = progress
         table = None
@@ -678,37 +771,20 @@ class DeltaSink:
             table = _open(path)
             self._positions[path] = table.transaction_version(APP_ID) if table else None
         current = self._positions[path]
-        partial = None
         if changes.num_rows:
-            after = _after(changes, current, None)
-            if after.num_rows:
-                first = int(after["_commit_lsn"][0].as_py())
-                table = table or _open(path)
-                ordinal = table.transaction_version(f"{APP_ID}@{first}") if table else None
-                if ordinal is not None:
-                    partial = (first, ordinal)
-            kept = _after(changes, current, partial)
+            opened = table or _open(path)
+            kept = unapplied(
+                changes,
+                current,
+                lambda app_id: opened.transaction_version(app_id) if opened else None,
+            )
             stats.skipped += changes.num_rows - kept.num_rows
             changes = kept
         if changes.num_rows == 0:
             if progress is not _NO_PROGRESS and _open(path) is None:
                 self.missing.append(name)
             return
-        last = int(changes["_commit_lsn"][-1].as_py())
-        if lsn > last:
-            parts = [(changes, _Commit(APP_ID, last, progress))]
-        else:
-            # The batch ends inside the transaction committing at `last`: its rows go in
-            # a commit of their own, recording how far into it they reach.
-            commit = changes["_commit_lsn"]
-            head = changes.filter(pc.less(commit, last))
-            tail = changes.filter(pc.equal(commit, last))
-            parts = []
-            if head.num_rows:
-                parts.append((head, _Commit(APP_ID, int(head["_commit_lsn"][-1].as_py()))))
-            ordinal = int(tail["_tx_ordinal"][-1].as_py())
-            parts.append((tail, _Commit(f"{APP_ID}@{last}", ordinal, progress)))
-        for part, commit_info in parts:
+        for part, commit_info in cut(changes, lsn, progress):
             self._commit(name, path, part, commit_info, stats)
             if commit_info.app_id == APP_ID:
                 self._positions[path] = commit_info.version
@@ -907,15 +983,13 @@ def merge_changes(
             "merge_changes() needs keys=[...]: the table's replica-identity key columns "
             "(keys=[] for a REPLICA IDENTITY FULL table without a key)"
         )
-    stats = ApplyStats(batches=1)
     if table.num_rows == 0:
-        return stats
+        return ApplyStats(batches=1)
     target = _base(path)
     sink = DeltaSink(os.path.dirname(target), writer, spark)
     # Complete transactions: the batch's LSN lies past every commit in it.
     lsn = int(pc.max(table["_commit_lsn"]).as_py()) + 1
-    sink._changes(os.path.basename(target), table, lsn, _NO_PROGRESS, stats, path=target)
-    return stats
+    return sink.apply_table(target, table, lsn)
 
 
 def _with_keys(table: pa.Table, keys: list[str]) -> pa.Table:
@@ -950,33 +1024,25 @@ def run(
     """Keeps one Delta table per published table under ``path`` until the stream ends
     (give ``until_lsn`` or ``idle_timeout`` for a run that ends by itself). Each batch is
     committed to Delta before it is acked; ``on_batch`` is called after each one."""
-    from .streaming import stream
+    from . import pipeline
+    from .streaming import StreamOptions
 
     sink = DeltaSink(path, writer, spark, on_step=on_step)
-    if isinstance(sink.writer, SparkWriter) and stream_options.get("snapshot", True):
-        # A new slot's initial snapshot is read by Spark tasks straight into the tables.
-        stream_options.setdefault("snapshot_reader", _spark_snapshot(sink, dsn, publication))
-    names = set(_published(dsn, publication, tables)) | set(sink.local_tables())
-    held = sink.held_tables(sorted(names))
-    _check_slot_matches(dsn, slot, sink, held)
-    stream_options.setdefault("held_tables", held)
-    total = ApplyStats()
-    started = time.monotonic()
-    batches: Iterator[Batch] = stream(
-        dsn,
+    options = StreamOptions(
         publication=publication,
         slot=slot,
         tables=list(tables) if tables is not None else None,
         **stream_options,
     )
-    for batch in batches:
-        stats = sink.apply(batch)
-        if sink.missing:
-            _create_missing(dsn, publication, sink)
-        batch.ack()
+    total = ApplyStats()
+    started = time.monotonic()
+
+    def applied(batch: Batch, stats: ApplyStats) -> None:
         total.add(stats)
         if on_batch is not None:
             on_batch(sink, batch, stats)
+
+    pipeline.run(dsn, options, sink, on_batch=applied)
     log.info(
         "delta: %d changes in %d batches (%d commits) in %.1f s",
         total.changes,
@@ -985,97 +1051,3 @@ def run(
         time.monotonic() - started,
     )
     return total
-
-
-def _spark_snapshot(
-    sink: DeltaSink, dsn: str, publication: str
-) -> Callable[[str, int, list[str]], None]:
-    """``stream(snapshot_reader=...)`` for the Spark writer: each table read by Spark tasks
-    under the new slot's exported snapshot (``format("pgwire_cdc")``, CTID ranges) and
-    written to its Delta table, with the consistent point as the table's position. Rows
-    go from the tasks to Delta files, never through the driver."""
-    from . import spark_snapshot
-    from .connection import connect as _connect
-
-    writer = sink.writer
-    assert isinstance(writer, SparkWriter)
-
-    def read(snapshot: str, consistent_point: int, names: list[str]) -> None:
-        spark = writer.spark
-        partitions = max(1, int(spark.sparkContext.defaultParallelism))
-        for name in names:
-            path = sink.table_path(name)
-            current = position(path)
-            if current is not None and current.lsn is not None and current.lsn > consistent_point:
-                raise DeltaError(
-                    f"{name}: the Delta table at {path} holds changes up to a later LSN than "
-                    "this stream's initial snapshot (was it written from another server or "
-                    "slot?); remove it or point the sink elsewhere"
-                )
-            with _connect(dsn) as conn:
-                info = spark_snapshot.describe(conn, name, publication)
-            schema = _delta_shape(spark_snapshot.data_schema(info).empty_table()).schema
-            if _open(path) is None:
-                writer.create(path, schema)
-            frame = (
-                spark.read.format("pgwire_cdc")
-                .option("dsn", dsn)
-                .option("table", name)
-                .option("publication", publication)
-                .option("snapshot", snapshot)
-                .option("partitions", str(partitions))
-                .load()
-            )
-            newer = current is None or current.lsn is None or consistent_point > current.lsn
-            commit = _Commit(APP_ID, consistent_point, None) if newer else None
-            writer.save(frame, path, "overwrite", commit)
-            sink._prewritten.add(name)
-            log.info("%s: initial snapshot written by Spark", name)
-
-    return read
-
-
-def _published(dsn: str, publication: str, tables: Iterable[str] | None) -> list[str]:
-    if tables is not None:
-        return [t if "." in t else f"public.{t}" for t in tables]
-    from . import admin, catalog
-    from .connection import connect as _connect
-
-    with _connect(dsn) as conn:
-        if not admin.publication_exists(conn, publication):
-            return []  # stream() creates it for `tables`, or says what is missing
-        return [t.qualified for t in catalog.published_tables(conn, publication)]
-
-
-def _create_missing(dsn: str, publication: str, sink: DeltaSink) -> None:
-    """Creates the Delta tables of source tables that had no rows to copy."""
-    from .catalog import change_table_schema
-    from .connection import connect as _connect
-
-    with _connect(dsn) as conn:
-        for name in sink.missing:
-            path = sink.table_path(name)
-            if _open(path) is not None:
-                continue
-            schema = change_table_schema(conn, publication, name)
-            data = pa.schema([f for f in schema if f.name not in METADATA_COLUMNS])
-            sink.writer.create(path, _delta_shape(data.empty_table()).schema)
-    sink.missing = []
-
-
-def _check_slot_matches(dsn: str, slot: str, sink: DeltaSink, held: dict[str, Any]) -> None:
-    """An existing slot with no Delta table would stream changes on top of nothing: the
-    rows from before the slot was made would be missing."""
-    from . import admin
-    from .connection import connect as _connect
-
-    if held:
-        return
-    with _connect(dsn) as conn:
-        if admin.get_slot(conn, slot) is not None:
-            raise DeltaError(
-                f"the replication slot {slot!r} exists but there is no Delta table under "
-                f"{sink.path}, so the rows from before the slot was created would be "
-                "missing; drop the slot (pg_drop_replication_slot) to start with a new "
-                "snapshot, or point the sink at the directory that used it"
-            )

@@ -1,0 +1,131 @@
+"""Where a Delta table stands in the stream, as pure state: no I/O.
+
+A table's position is kept in its own Delta log as transaction identifiers (``txn``
+actions) written in the same commit as the rows (see :mod:`pgwire_cdc.delta`, *Exactly
+once*):
+
+* ``pgwire_cdc`` → the commit LSN of the last transaction applied in full;
+* ``pgwire_cdc@<commit LSN>`` (:func:`txn_id`) → the last ``_tx_ordinal`` applied of a
+  transaction that a batch cut in two.
+
+This module decides which rows of a change table lie past such a position
+(:func:`unapplied`), how a batch's change table is cut into commits (:func:`cut`), and
+reads and writes the incremental-snapshot progress a commit carries in its
+``userMetadata`` (:meth:`Commit.metadata`, :func:`progress_of`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+#: The transaction identifier (``txn`` appId) holding a table's position in the stream.
+APP_ID = "pgwire_cdc"
+
+
+class _NoProgress:
+    """A commit that records no incremental-snapshot progress (unlike None: complete)."""
+
+    def __repr__(self) -> str:
+        return "NO_PROGRESS"
+
+
+NO_PROGRESS: Any = _NoProgress()
+
+
+def txn_id(commit_lsn: int) -> str:
+    """The transaction identifier holding how far into the transaction committing at
+    ``commit_lsn`` a table's rows reach."""
+    return f"{APP_ID}@{commit_lsn}"
+
+
+@dataclass(frozen=True)
+class Commit:
+    """What one Delta commit records besides its rows: ``version`` under ``app_id``, and
+    the incremental-snapshot ``progress`` (a key list, None once complete, or
+    :data:`NO_PROGRESS`)."""
+
+    app_id: str
+    version: int
+    progress: Any = NO_PROGRESS
+
+    def metadata(self) -> str | None:
+        """The commit's ``userMetadata``: the progress as JSON, None without progress."""
+        if self.progress is NO_PROGRESS:
+            return None
+        return json.dumps({APP_ID: {"progress": self.progress}}, default=str)
+
+
+def progress_of(user_metadata: str | None) -> Any:
+    """The progress a commit's ``userMetadata`` records, :data:`NO_PROGRESS` when it holds
+    none of this package's (absent, not JSON, or another writer's)."""
+    if not user_metadata:
+        return NO_PROGRESS
+    try:
+        doc = json.loads(user_metadata)
+    except ValueError:
+        return NO_PROGRESS
+    if not isinstance(doc, dict) or not isinstance(doc.get(APP_ID), dict):
+        return NO_PROGRESS
+    return doc[APP_ID].get("progress")
+
+
+def after(changes: pa.Table, lsn: int | None, partial: tuple[int, int] | None) -> pa.Table:
+    """The rows past a position: commit LSN above ``lsn``, and of the transaction
+    ``partial`` = (commit LSN, ordinal) only the rows after that ordinal."""
+    keep = None
+    commit = changes["_commit_lsn"]
+    if lsn is not None:
+        keep = pc.greater(commit, lsn)
+    if partial is not None:
+        c, o = partial
+        later = pc.or_(pc.not_equal(commit, c), pc.greater(changes["_tx_ordinal"], o))
+        keep = later if keep is None else pc.and_(keep, later)
+    return changes if keep is None else changes.filter(keep)
+
+
+def unapplied(
+    changes: pa.Table, lsn: int | None, ordinal_of: Callable[[str], int | None]
+) -> pa.Table:
+    """The rows of ``changes`` (in commit order) a table at ``lsn`` does not hold yet.
+    Only the first transaction past ``lsn`` can have been cut by an earlier batch;
+    ``ordinal_of(txn_id(commit_lsn))`` looks up how far into it the table reaches (None:
+    not at all)."""
+    if changes.num_rows == 0:
+        return changes
+    past = after(changes, lsn, None)
+    if past.num_rows == 0:
+        return past
+    first = int(past["_commit_lsn"][0].as_py())
+    ordinal = ordinal_of(txn_id(first))
+    if ordinal is None:
+        return past
+    return after(changes, lsn, (first, ordinal))
+
+
+def cut(
+    changes: pa.Table, batch_lsn: int, progress: Any = NO_PROGRESS
+) -> list[tuple[pa.Table, Commit]]:
+    """``changes`` (non-empty, in commit order) as the commits that record them. When the
+    batch's LSN lies past the last row's commit LSN, every transaction is complete: one
+    commit, at that commit LSN. Otherwise the batch ends inside the transaction of its
+    last row: the complete transactions before it form one commit (at the last of their
+    commit LSNs), the rows of the cut one a commit of their own under its
+    :func:`txn_id`, at its last ordinal. ``progress`` goes with the last commit."""
+    last = int(changes["_commit_lsn"][-1].as_py())
+    if batch_lsn > last:
+        return [(changes, Commit(APP_ID, last, progress))]
+    commit = changes["_commit_lsn"]
+    head = changes.filter(pc.less(commit, last))
+    tail = changes.filter(pc.equal(commit, last))
+    parts = []
+    if head.num_rows:
+        parts.append((head, Commit(APP_ID, int(head["_commit_lsn"][-1].as_py()))))
+    ordinal = int(tail["_tx_ordinal"][-1].as_py())
+    parts.append((tail, Commit(txn_id(last), ordinal, progress)))
+    return parts

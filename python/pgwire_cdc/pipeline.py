@@ -1,0 +1,132 @@
+"""A stream kept in a sink: the one loop that applies batches, makes missing tables and
+acks.
+
+A :class:`Sink` makes batches durable somewhere (Delta tables, Parquet files). :func:`run`
+drives one in a fixed order:
+
+1. the published tables, and whether the slot exists already;
+2. what the sink holds (``StreamOptions.held_tables`` when given, else
+   :meth:`Sink.held_tables`) and who reads a new slot's initial snapshot
+   (``StreamOptions.snapshot_reader`` when given, else :meth:`Sink.snapshot_reader`);
+3. for each batch of ``stream()``: :meth:`Sink.apply`; then the tables a snapshot
+   reported complete that the sink has no table for (:meth:`Sink.missing_tables`, source
+   tables without rows) are created from their change-table schemas
+   (:meth:`Sink.create_tables`); then the batch is acked, and ``on_batch`` called.
+
+The slot advances only past batches the sink has made durable, tables included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from .streaming import Batch, StreamOptions
+
+
+class Sink(Protocol):
+    """Where a stream's batches are made durable."""
+
+    def held_tables(
+        self, published: Sequence[str], slot_exists: bool
+    ) -> Mapping[str, Sequence[Any] | None] | None:
+        """The tables whose rows the sink holds: per table None when complete, or the key
+        its incremental copy reached. None: the sink keeps no such record (the stream
+        decides on its own). ``slot_exists``: the stream resumes an existing slot (a sink
+        may refuse to stream on top of nothing)."""
+        ...
+
+    def snapshot_reader(
+        self, dsn: str, options: StreamOptions
+    ) -> Callable[[str, int, list[str]], None] | None:
+        """``stream(snapshot_reader=...)``: who copies a new slot's initial snapshot, or
+        None for the stream's own batches."""
+        ...
+
+    def apply(self, batch: Batch) -> Any:
+        """Makes one batch durable; returns what it did."""
+        ...
+
+    def missing_tables(self) -> list[str]:
+        """Tables a snapshot reported complete that have no table in the sink yet (their
+        source had no rows)."""
+        ...
+
+    def create_tables(self, schemas: Mapping[str, pa.Schema]) -> None:
+        """Creates those tables from their change-table schemas."""
+        ...
+
+
+def source_state(dsn: str, options: StreamOptions) -> tuple[list[str], bool]:
+    """The tables the stream will publish ("schema.table"; ``options.tables`` when
+    given, else what the publications hold now, none for one that does not exist yet) and
+    whether the replication slot exists."""
+    from . import admin, catalog
+    from .connection import connect
+
+    names: set[str] = set()
+    if options.tables is not None:
+        names.update(t if "." in t else f"public.{t}" for t in options.tables)
+    with connect(dsn) as conn:
+        if options.tables is None:
+            for publication in options.publications:
+                # A missing publication: stream() creates it for `tables`, or says so.
+                if admin.publication_exists(conn, publication):
+                    names.update(t.qualified for t in catalog.published_tables(conn, publication))
+        slot_exists = admin.get_slot(conn, options.slot) is not None
+    return sorted(names), slot_exists
+
+
+def change_table_schemas(
+    dsn: str, options: StreamOptions, names: Sequence[str]
+) -> dict[str, pa.Schema]:
+    """The change-table schemas of the published tables ``names``."""
+    from . import catalog
+    from .connection import connect
+
+    out: dict[str, pa.Schema] = {}
+    with connect(dsn) as conn:
+        published = {
+            t.qualified: publication
+            for publication in options.publications
+            for t in catalog.published_tables(conn, publication)
+        }
+        for name in names:
+            publication = published.get(name, options.publications[0])
+            out[name] = catalog.change_table_schema(conn, publication, name)
+    return out
+
+
+def run(
+    dsn: str,
+    options: StreamOptions,
+    sink: Sink,
+    on_batch: Callable[[Batch, Any], None] | None = None,
+) -> int:
+    """Streams into ``sink`` until the stream ends (see the module documentation);
+    ``on_batch(batch, result)`` after each batch is acked, with what :meth:`Sink.apply`
+    returned. Returns the number of batches."""
+    from .streaming import stream
+
+    held = options.held_tables
+    if held is None:
+        published, slot_exists = source_state(dsn, options)
+        found = sink.held_tables(published, slot_exists)
+        held = dict(found) if found is not None else None
+    reader = options.snapshot_reader or sink.snapshot_reader(dsn, options)
+    options = dataclasses.replace(options, held_tables=held, snapshot_reader=reader)
+    batches = 0
+    for batch in stream(dsn, options=options):
+        result = sink.apply(batch)
+        missing = sink.missing_tables()
+        if missing:
+            sink.create_tables(change_table_schemas(dsn, options, missing))
+        batch.ack()
+        batches += 1
+        if on_batch is not None:
+            on_batch(batch, result)
+    return batches
