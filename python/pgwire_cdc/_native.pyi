@@ -174,6 +174,7 @@ class SessionOptions:
         type_map: dict[int, tuple[int, int]] = ...,
         spill_threshold: int = ...,  # 64 MiB (SpillConfig::DEFAULT_MEMORY_LIMIT)
         spill_dir: str | os.PathLike[str] | None = None,
+        note_prefix: str | None = None,
     ) -> SessionOptions: ...
 
 @final
@@ -245,7 +246,8 @@ class LiveStream:
         until_lsn: int | None = None,
         idle_timeout_ms: int | None = None,
         slice_ms: int = 200,
-    ) -> tuple[list[tuple[str, ArrowStream]], int, Stop]: ...
+        idle_confirm_limit: int | None = None,
+    ) -> tuple[list[tuple[str, ArrowStream]], int, Stop, list[tuple[int, bytes]]]: ...
     def ack(self, lsn: int) -> None: ...
     @property
     def delivered_lsn(self) -> int: ...

@@ -110,7 +110,9 @@ def run(
     if not publications:
         return found
     with conn.transaction():
-        _publications(conn, found, publications, tables, snapshot and existing is None)
+        _publications(
+            conn, found, publications, tables, snapshot and existing is None, existing is None
+        )
         if found.problems or not apply:
             raise psycopg.Rollback()
     return found
@@ -122,8 +124,11 @@ def _publications(
     publications: Sequence[str],
     tables: Sequence[admin.TableSpec] | None,
     snapshot: bool,
+    new_slot: bool,
 ) -> None:
-    """Step 4 of the module docs, inside the caller's transaction."""
+    """Step 4 of the module docs, inside the caller's transaction. A publication that
+    publishes nothing stops a new slot (it would stream nothing); an existing slot still
+    streams what it holds from before."""
     ready = []
     for publication in publications:
         exists = admin.publication_exists(conn, publication)
@@ -139,7 +144,7 @@ def _publications(
         found.published[publication] = published
         if not exists:
             found.created.append(publication)
-        if not found.published[publication]:
+        if not found.published[publication] and new_slot:
             name = admin.quote_ident(conn, publication)
             fix = f"ALTER PUBLICATION {name} ADD TABLE schema.table"
             found.problems.append(

@@ -50,7 +50,7 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
-from . import _native, admin, catalog, incremental, preflight
+from . import _native, admin, catalog, copies, incremental, preflight
 from ._native import Stop
 from .connection import SESSION_SETTINGS, connect
 from .errors import ConfigError, ConnectionError, SlotError
@@ -284,12 +284,22 @@ class _Stream:
         #: The published tables whose rows the consumer holds or is being sent.
         self.known: set[str] = set()
         self.next_recheck = 0.0
+        #: Tables this run's ``tables=`` added to the publication.
+        self.added: set[str] = set()
+        #: Copies started from the start because the table may have joined the publication
+        #: after the slot's position: an earlier run's note may say where to go on from.
+        self.provisional: set[str] = set()
+        #: The WAL position when this run started: copy-state notes before it are earlier
+        #: runs' (:mod:`pgwire_cdc.copies`).
+        self.run_start = 0
+        self.ledger = copies.CopyLedger(options.slot, caught_up=True)
 
     # -- setup ---------------------------------------------------------------------
 
     def prepare(self) -> None:
         conn = connect(self.dsn)
         self.conn = conn
+        before = _published_names(conn, self.publications)
         # Every check runs before any DDL; the publication DDL commits only when nothing is
         # in the way (preflight.py).
         found = preflight.run(
@@ -305,6 +315,15 @@ class _Stream:
         self.existing_slot = found.slot
         self.server_version = found.info.version_num
         self.table_infos = found.tables
+        self.added = {t.qualified for t in found.tables} - before
+        if not found.tables:
+            log.info(
+                "publication(s) %s publish no tables now: streaming what slot %s still holds",
+                ", ".join(self.publications),
+                self.slot,
+            )
+        self.run_start = _wal_position(conn)
+        self.ledger = copies.CopyLedger(self.slot, caught_up=found.slot is None)
         user_types = {
             c.type_oid for t in self.table_infos for c in t.columns if c.type_oid >= 16384
         }
@@ -352,6 +371,7 @@ class _Stream:
             type_map=type_map,
             spill_threshold=self.o.spill_threshold,
             spill_dir=self.o.spill_path,
+            note_prefix=copies.NOTE_PREFIX,
         )
 
     def _replication_connection(self) -> _native.ReplicationConnection:
@@ -371,8 +391,40 @@ class _Stream:
             if self.snapshot_last_seq is not None and seq >= self.snapshot_last_seq:
                 self._commit_snapshot()
         if self.live is not None and not snapshot_batch:
+            self.ledger.acking(seq)
+            if self.ledger.note_due(lsn):
+                self._on_setup_connection(self._write_note)
+                if self.ledger.note_due(lsn):
+                    # The copy state could not be written ahead of this ack: the slot stays
+                    # before the last note, and the batches after it come again after a
+                    # restart.
+                    lsn = min(lsn, max(self.acked_lsn, self.ledger.written_start or 0))
+                    log.warning(
+                        "the slot's copy state could not be written; acked up to %s",
+                        int_to_lsn(lsn),
+                    )
             self.live.ack(lsn)
         self.acked_lsn = max(self.acked_lsn, lsn)
+
+    def _write_note(self) -> None:
+        """Writes the copy state into the WAL ahead of the slot (:mod:`pgwire_cdc.copies`)."""
+        assert self.conn is not None
+        row = self.conn.execute(
+            "SELECT pg_logical_emit_message(false, %s, %s)::text",
+            (copies.NOTE_PREFIX, self.ledger.note()),
+        ).fetchone()
+        assert row is not None
+        self.ledger.noted(lsn_to_int(row[0]))
+
+    def _start_copy(self, table: catalog.TableInfo, after: Sequence[Any] | None = None) -> None:
+        """Starts (or starts again) the incremental copy of ``table`` after key ``after``;
+        the slot's copy state records it at once. ConfigError for a keyless table."""
+        assert self.snapshots is not None
+        self.snapshots.add(table, after)
+        self.ledger.started(table.qualified, after)
+        self.known.add(table.qualified)
+        if self.ledger.note_due():
+            self._on_setup_connection(self._write_note)
 
     def _commit_snapshot(self) -> None:
         """Makes the slot permanent: a copy of the temporary snapshot slot, at the
@@ -560,17 +612,20 @@ class _Stream:
             # A chunk waits for the stream to pass its high watermark.
             waiting = self.snapshots.waiting_for
             try:
-                segments, lsn, stop = self.live.poll(
+                segments, lsn, stop, notes = self.live.poll(
                     max_rows=self.o.max_batch_rows,
                     max_bytes=self.o.max_batch_bytes,
                     max_ms=self.o.max_batch_ms,
                     until_lsn=waiting if busy else until,
                     idle_timeout_ms=None if idle is None or busy else int(idle * 1000),
+                    idle_confirm_limit=self.ledger.idle_confirm_limit(),
                 )
             except ConnectionError as e:
                 self._reconnect(e)
                 continue
             tables = merge_segments((name, table_of(s)) for name, s in segments)
+            if notes:
+                self._on_setup_connection(partial(self._take_notes, notes))
             self._on_setup_connection(partial(self._watch_publications, tables))
             # Stop.UNTIL_LSN: every transaction committed before the watermark is in.
             passed = lsn if waiting is None or stop != Stop.UNTIL_LSN else max(lsn, waiting)
@@ -581,6 +636,8 @@ class _Stream:
                 # A batch without rows still moves the LSN (the end of a transaction whose
                 # rows went out earlier): the consumer acks it like any other.
                 seq = self._next_seq()
+                self.ledger.handed_out(seq, progress)
+                self.ledger.passed(lsn, self.run_start)
                 yield Batch(
                     tables=tables,
                     lsn=lsn,
@@ -602,17 +659,36 @@ class _Stream:
     # -- tables added later ----------------------------------------------------------
 
     def _plan_incremental(self, held: Any) -> None:
-        """Snapshots the published tables the consumer does not hold (``held_tables``)."""
-        assert self.snapshots is not None
+        """Copies the published tables the consumer does not hold: those not in
+        ``held_tables`` when given; else those this run's ``tables=`` added and those that
+        joined the publication after the slot's position (copies an earlier run left
+        unfinished come back with its notes, :mod:`pgwire_cdc.copies`)."""
         if held is None:
+            assert self.conn is not None
+            joined = _joined_since_slot(self.conn, self.slot, self.publications)
+            for t in self.table_infos:
+                if t.qualified in self.added:
+                    # Added by this run's tables=: its rows are not in the slot's stream.
+                    self._start_copy(t)
+                elif t.oid in joined:
+                    try:
+                        self._start_copy(t)
+                        self.provisional.add(t.qualified)
+                        log.info(
+                            "%s joined the publication after slot %s's position: copied",
+                            t.qualified,
+                            self.slot,
+                        )
+                    except ConfigError as e:
+                        log.warning("%s; its changes are streamed, earlier rows are not", e)
             return
         holding: dict[str, Any] = dict(held) if isinstance(held, Mapping) else dict.fromkeys(held)
         for t in self.table_infos:
             if t.qualified not in holding:
-                self.snapshots.add(t)
+                self._start_copy(t)
             elif holding[t.qualified] is not None:
                 after = list(holding[t.qualified])
-                self.snapshots.add(t, after or None)
+                self._start_copy(t, after or None)
 
     def _on_setup_connection(self, work: Callable[[], None]) -> None:
         """Runs ``work`` (publication look-ups, chunk reads) on the setup connection while
@@ -661,12 +737,38 @@ class _Stream:
                 log.info("%s was created under the publication: streamed", t.qualified)
             else:
                 try:
-                    self.snapshots.add(t)
+                    self._start_copy(t)
                     log.info("%s was added to the publication: its rows follow", t.qualified)
                 except ConfigError as e:
                     # A keyless table: streamed, not copied.
                     log.warning("%s; its changes are streamed, earlier rows are not", e)
             self.known.add(t.qualified)
+
+    def _take_notes(self, notes: list[tuple[int, bytes]]) -> None:
+        """Copy-state notes from the stream: an earlier run's copies that did not finish
+        are taken up again (:mod:`pgwire_cdc.copies`)."""
+        assert self.conn is not None
+        if self.o.held_tables is not None:
+            return  # the consumer says what it holds
+        wanted: dict[str, list[Any]] = {}
+        for lsn, content in notes:
+            wanted.update(self.ledger.received(lsn, content, self.run_start, self.provisional))
+        if not wanted:
+            return
+        published = {
+            t.qualified: t for t in catalog.tables_of_publications(self.conn, self.publications)
+        }
+        for name, after in wanted.items():
+            table = published.get(name)
+            if table is None:
+                log.info("%s, whose copy an earlier run began, is no longer published", name)
+                continue
+            log.info("resuming the copy of %s an earlier run began", name)
+            self.provisional.discard(name)
+            try:
+                self._start_copy(table, after or None)
+            except ConfigError as e:
+                log.warning("%s; its changes are streamed, earlier rows are not", e)
 
     def _listed(self, table: catalog.TableInfo) -> bool:
         """Whether one of the publications lists ``table`` (or a partitioned ancestor of
@@ -690,8 +792,7 @@ class _Stream:
             return
         for t in catalog.tables_of_publications(self.conn, self.publications):
             if t.qualified in wanted:
-                self.known.add(t.qualified)
-                self.snapshots.add(t)
+                self._start_copy(t)
 
     def _reconnect(self, error: ConnectionError) -> None:
         """Re-establishes a lost replication connection: up to ``reconnect_attempts``
@@ -787,6 +888,55 @@ class _Stream:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+
+
+def _published_names(conn: psycopg.Connection[Any], publications: Sequence[str]) -> set[str]:
+    """The tables the publications publish now ("schema.table")."""
+    rows = conn.execute(
+        "SELECT DISTINCT schemaname || '.' || tablename FROM pg_publication_tables"
+        " WHERE pubname = ANY(%s)",
+        (list(publications),),
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def _wal_position(conn: psycopg.Connection[Any]) -> int:
+    """Where the server's WAL ends now (on a standby: how far it has replayed)."""
+    row = conn.execute(
+        "SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()"
+        " ELSE pg_current_wal_insert_lsn() END::text"
+    ).fetchone()
+    return lsn_to_int(row[0]) if row and row[0] else 0
+
+
+def _joined_since_slot(
+    conn: psycopg.Connection[Any], slot: str, publications: Sequence[str]
+) -> set[int]:
+    """The tables (OIDs, partitions included) that may have joined the publications
+    after the slot's position: listed by a transaction (``pg_publication_rel``, or a
+    schema's ``pg_publication_namespace``) not older than the slot's ``catalog_xmin``.
+    Every transaction older than it ended before the slot's restart point, so a table
+    listed by one was published while an earlier run streamed (and copied it then)."""
+    listed = [
+        "SELECT pr.prrelid AS oid FROM pg_publication_rel pr"
+        " JOIN pg_publication p ON p.oid = pr.prpubid, s"
+        " WHERE p.pubname = ANY(%(pubs)s) AND age(pr.xmin) <= age(s.catalog_xmin)"
+    ]
+    if conn.info.server_version >= 150000:
+        listed.append(
+            "SELECT c.oid FROM pg_publication_namespace pn"
+            " JOIN pg_publication p ON p.oid = pn.pnpubid"
+            " JOIN pg_class c ON c.relnamespace = pn.pnnspid AND c.relkind IN ('r', 'p'), s"
+            " WHERE p.pubname = ANY(%(pubs)s) AND age(pn.xmin) <= age(s.catalog_xmin)"
+        )
+    query = (
+        "WITH s AS (SELECT catalog_xmin FROM pg_replication_slots WHERE slot_name = %(slot)s),"
+        f" joined AS ({' UNION '.join(listed)})"
+        # pg_partition_tree() gives nothing for a table that is not partitioned.
+        " SELECT oid FROM joined UNION SELECT t.relid FROM joined, pg_partition_tree(joined.oid) t"
+    )
+    rows = conn.execute(query, {"slot": slot, "pubs": list(publications)}).fetchall()
+    return {int(r[0]) for r in rows}
 
 
 def _in_commit_order(changes: pa.Table | None, rows: pa.Table) -> pa.Table:

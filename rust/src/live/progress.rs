@@ -62,6 +62,9 @@ pub struct BatchLimits {
     pub until_lsn: Option<u64>,
     /// Stop after this long without any message from the stream.
     pub idle_timeout: Option<Duration>,
+    /// A consumer idle with nothing un-acked is confirmed at most up to here (see
+    /// [`Progress::limit_idle_confirm`]).
+    pub idle_confirm_limit: Option<u64>,
 }
 
 /// Why `poll` returned.
@@ -136,6 +139,8 @@ pub struct Progress {
     acked: u64,
     /// Confirmed on the consumer's behalf while it was idle with nothing un-acked.
     idle_confirmed: u64,
+    /// No further than this (see [`Progress::limit_idle_confirm`]).
+    idle_confirm_limit: Option<u64>,
     received: u64,
     delivered: u64,
 
@@ -173,6 +178,7 @@ impl Progress {
             boundary: start_lsn,
             acked: acked_lsn,
             idle_confirmed: 0,
+            idle_confirm_limit: None,
             received: start_lsn,
             delivered: start_lsn,
             status_interval,
@@ -293,6 +299,13 @@ impl Progress {
             && self.boundary <= self.delivered.max(self.idle_confirmed)
     }
 
+    /// The consumer keeps a record in the WAL ahead of the slot (a logical message at
+    /// `limit`, read again from the slot after a restart): confirming on its behalf while
+    /// it is idle must not pass it. Only its own acks move the slot past `limit`.
+    pub fn limit_idle_confirm(&mut self, limit: Option<u64>) {
+        self.idle_confirm_limit = limit;
+    }
+
     /// A primary keepalive: the server has sent everything up to `wal_end`.
     pub fn keepalive(
         &mut self,
@@ -303,12 +316,15 @@ impl Progress {
     ) -> KeepaliveReply {
         self.received = self.received.max(wal_end);
         let quiet = self.idle_with_nothing_unacked(held);
-        if quiet && wal_end > self.boundary {
+        let confirmable = self
+            .idle_confirm_limit
+            .map_or(wal_end, |limit| wal_end.min(limit));
+        if quiet && confirmable > self.boundary {
             // Everything before wal_end that this slot had to send has been received and
             // delivered: confirm it on the consumer's behalf.
-            self.boundary = wal_end;
-            self.idle_confirmed = self.idle_confirmed.max(wal_end);
-            self.delivered = self.delivered.max(wal_end);
+            self.boundary = confirmable;
+            self.idle_confirmed = self.idle_confirmed.max(confirmable);
+            self.delivered = self.delivered.max(confirmable);
         }
         // When the server has passed `until` and nothing is open, every transaction
         // committed before it has been received.

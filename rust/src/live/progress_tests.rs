@@ -61,6 +61,7 @@ fn limits() -> BatchLimits {
         max_wait: secs(1),
         until_lsn: None,
         idle_timeout: None,
+        idle_confirm_limit: None,
     }
 }
 
@@ -168,6 +169,25 @@ fn an_idle_session_confirms_the_servers_position_on_the_consumers_behalf() {
     p.ack(600);
     assert!(!p.keepalive(550, false, None, &idle()).send_status);
     assert_eq!(p.boundary(), 600);
+}
+
+#[test]
+fn an_idle_session_never_confirms_past_the_consumers_record() {
+    let (mut p, _) = progress(100, 100);
+    p.limit_idle_confirm(Some(300));
+    let reply = p.keepalive(500, false, None, &idle());
+    assert!(reply.send_status);
+    assert_eq!(p.flush_position(), 300, "confirmed up to the limit only");
+    assert_eq!(p.delivered(), 300);
+    // The server's position still counts for `until`.
+    assert!(p.keepalive(500, false, Some(450), &idle()).until_reached);
+    // The consumer's own ack passes the limit.
+    p.ack(500);
+    assert_eq!(p.flush_position(), 500);
+    // Without a limit the idle session follows the server again.
+    p.limit_idle_confirm(None);
+    p.keepalive(700, false, None, &idle());
+    assert_eq!(p.flush_position(), 700);
 }
 
 #[test]

@@ -77,7 +77,14 @@ pub struct StartOptions {
     pub stall_timeout: Option<Duration>,
     /// Held (streamed or prepared) transactions past this much memory go to disk.
     pub spill: SpillConfig,
+    /// Logical decoding messages with this prefix are handed to the consumer with the
+    /// batch they arrive in ([`Polled::notes`]): records a consumer wrote into the WAL
+    /// itself, such as `pgwire_cdc`'s copy state.
+    pub note_prefix: Option<String>,
 }
+
+/// A logical decoding message handed to the consumer: its LSN and its content.
+pub type Note = (u64, Vec<u8>);
 
 /// One poll's result: the rows cut into a batch (empty for `Pending`) and its LSN.
 #[derive(Debug)]
@@ -85,6 +92,9 @@ pub struct Polled {
     pub segments: Vec<Segment>,
     pub lsn: u64,
     pub stop: Stop,
+    /// Messages with [`StartOptions::note_prefix`] received since the last batch, in WAL
+    /// order.
+    pub notes: Vec<Note>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +122,9 @@ struct Tracker<'a> {
     last_row: &'a mut Option<(u64, u64)>,
     /// Rows already handed out by an earlier session of this run: skipped.
     skip_through: Option<(u64, u64)>,
+    /// Messages whose prefix is `note_prefix` go to `notes`.
+    note_prefix: Option<&'a str>,
+    notes: &'a mut Vec<Note>,
 }
 
 impl<'a> Tracker<'a> {
@@ -120,6 +133,8 @@ impl<'a> Tracker<'a> {
         value_errors: &'a mut Vec<DecodeError>,
         last_row: &'a mut Option<(u64, u64)>,
         skip_through: Option<(u64, u64)>,
+        note_prefix: Option<&'a str>,
+        notes: &'a mut Vec<Note>,
     ) -> Self {
         Self {
             sink,
@@ -127,6 +142,8 @@ impl<'a> Tracker<'a> {
             finished: None,
             last_row,
             skip_through,
+            note_prefix,
+            notes,
         }
     }
 }
@@ -138,6 +155,9 @@ impl EventSink for Tracker<'_> {
             EventRef::StreamCommit(c) => self.finished = Some(c.end_lsn),
             EventRef::CommitPrepared(c) => self.finished = Some(c.end_lsn),
             EventRef::RollbackPrepared(r) => self.finished = Some(r.rollback_end_lsn),
+            EventRef::Message(m) if self.note_prefix == Some(m.prefix) => {
+                self.notes.push((m.lsn, m.content.to_vec()));
+            }
             EventRef::Insert { .. }
             | EventRef::Update { .. }
             | EventRef::Delete { .. }
@@ -176,6 +196,10 @@ pub struct LiveSession {
     last_row: Option<(u64, u64)>,
     /// The last batch ended inside a transaction, after this row.
     partial: Option<(u64, u64)>,
+    /// See [`StartOptions::note_prefix`].
+    note_prefix: Option<String>,
+    /// Notes received since the last batch.
+    notes: Vec<Note>,
 }
 
 /// `"a","b"`: the `publication_names` option value (identifiers, each double-quoted).
@@ -201,9 +225,11 @@ fn begin_final_lsn(data: &[u8]) -> Option<u64> {
 
 /// What `decoder` and `sink` hold right now (a function of the two fields, so it can be
 /// called while a message borrowed from the stream is in hand).
-fn outstanding(sink: &ArrowSink, decoder: &Decoder) -> Outstanding {
+fn outstanding(sink: &ArrowSink, decoder: &Decoder, notes: &[Note]) -> Outstanding {
     Outstanding {
-        rows: sink.rows(),
+        // A note not handed out yet counts as a row: the batch carrying it is due like
+        // any other, and nothing is confirmed past it on the consumer's behalf.
+        rows: sink.rows() + notes.len(),
         in_transaction: decoder.in_transaction(),
         pending_transactions: decoder.pending_transactions(),
         prepared_transactions: decoder.prepared_transactions(),
@@ -255,6 +281,8 @@ impl LiveSession {
             skip_through: options.skip_through,
             last_row: None,
             partial: None,
+            note_prefix: options.note_prefix.clone(),
+            notes: Vec::new(),
         })
     }
 
@@ -286,7 +314,7 @@ impl LiveSession {
 
     /// What the decoder and the sink hold right now.
     fn outstanding(&self) -> Outstanding {
-        outstanding(&self.sink, &self.decoder)
+        outstanding(&self.sink, &self.decoder, &self.notes)
     }
 
     fn send_status(&mut self, reply_requested: bool) -> Result<(), LiveError> {
@@ -360,6 +388,7 @@ impl LiveSession {
             segments,
             lsn,
             stop,
+            notes: std::mem::take(&mut self.notes),
         })
     }
 
@@ -370,6 +399,7 @@ impl LiveSession {
         let until = limits.until_lsn;
         let poll_start = Instant::now();
         self.progress.poll_started(poll_start);
+        self.progress.limit_idle_confirm(limits.idle_confirm_limit);
         if self.progress.until_reached(until) {
             return self.cut(Stop::UntilLsn);
         }
@@ -389,6 +419,7 @@ impl LiveSession {
                     segments: Vec::new(),
                     lsn: self.progress.pending_lsn(),
                     stop: Stop::Pending,
+                    notes: Vec::new(),
                 });
             };
             if self.progress.ping_due(now) {
@@ -431,7 +462,7 @@ impl LiveSession {
                     // A Begin is parsed only when its final LSN matters.
                     let past_until = until.is_some()
                         && begin_final_lsn(data).is_some_and(|final_lsn| {
-                            let held = outstanding(&self.sink, &self.decoder);
+                            let held = outstanding(&self.sink, &self.decoder, &self.notes);
                             self.progress.begin_is_past_until(final_lsn, until, &held)
                         });
                     self.progress
@@ -441,6 +472,8 @@ impl LiveSession {
                         &mut self.value_errors,
                         &mut self.last_row,
                         self.skip_through,
+                        self.note_prefix.as_deref(),
+                        &mut self.notes,
                     );
                     self.decoder
                         .feed_bounded(data, wal_start, &mut tracker)
@@ -515,6 +548,8 @@ impl LiveSession {
             &mut self.value_errors,
             &mut self.last_row,
             self.skip_through,
+            self.note_prefix.as_deref(),
+            &mut self.notes,
         );
         let done = self
             .decoder

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 use pyo3::sync::MutexExt;
 
 use crate::arrow::Segment;
@@ -75,6 +76,7 @@ pub struct PySessionOptions {
     stall_timeout: Option<Duration>,
     spill: SpillConfig,
     types: Vec<(u32, BaseType)>,
+    note_prefix: Option<String>,
 }
 
 #[pymethods]
@@ -85,7 +87,8 @@ impl PySessionOptions {
     #[pyo3(signature = (*, publication_names, proto_version, binary, messages = true,
                         streaming = true, status_interval_ms = 10_000, stall_timeout_ms = None,
                         type_map = HashMap::new(),
-                        spill_threshold = SpillConfig::DEFAULT_MEMORY_LIMIT, spill_dir = None))]
+                        spill_threshold = SpillConfig::DEFAULT_MEMORY_LIMIT, spill_dir = None,
+                        note_prefix = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         publication_names: Vec<String>,
@@ -98,6 +101,7 @@ impl PySessionOptions {
         type_map: HashMap<u32, (u32, i32)>,
         spill_threshold: usize,
         spill_dir: Option<PathBuf>,
+        note_prefix: Option<String>,
     ) -> PyResult<Self> {
         if !(1..=4).contains(&proto_version) {
             return Err(PyValueError::new_err("proto_version must be 1 to 4"));
@@ -129,6 +133,7 @@ impl PySessionOptions {
                 dir: spill_dir,
             },
             types,
+            note_prefix,
         })
     }
 }
@@ -155,6 +160,7 @@ impl PySessionOptions {
             skip_through,
             stall_timeout: self.stall_timeout,
             spill: self.spill.clone(),
+            note_prefix: self.note_prefix.clone(),
         }
     }
 }
@@ -424,25 +430,28 @@ fn spawn_keeper(session: Weak<Mutex<LiveSession>>, interval: Duration) {
 
 #[pymethods]
 impl PyLiveStream {
-    /// Reads until a batch is due or `slice_ms` passes: `(segments, batch_lsn, stop)`.
-    #[pyo3(signature = (*, max_rows, max_bytes, max_ms, until_lsn = None, idle_timeout_ms = None, slice_ms = 200))]
+    /// Reads until a batch is due or `slice_ms` passes: `(segments, batch_lsn, stop, notes)`.
+    #[pyo3(signature = (*, max_rows, max_bytes, max_ms, until_lsn = None, idle_timeout_ms = None,
+                        slice_ms = 200, idle_confirm_limit = None))]
     #[allow(clippy::too_many_arguments)]
-    fn poll(
+    fn poll<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         max_rows: usize,
         max_bytes: usize,
         max_ms: u64,
         until_lsn: Option<u64>,
         idle_timeout_ms: Option<u64>,
         slice_ms: u64,
-    ) -> PyResult<(SegmentsOut, u64, PyStop)> {
+        idle_confirm_limit: Option<u64>,
+    ) -> PyResult<(SegmentsOut, u64, PyStop, Vec<(u64, Bound<'py, PyBytes>)>)> {
         let limits = BatchLimits {
             max_rows,
             max_bytes,
             max_wait: Duration::from_millis(max_ms),
             until_lsn,
             idle_timeout: idle_timeout_ms.map(Duration::from_millis),
+            idle_confirm_limit,
         };
         let mut guard = locked(py, &self.session)?;
         let session: &mut LiveSession = &mut guard;
@@ -453,6 +462,11 @@ impl PyLiveStream {
             segments_out(polled.segments),
             polled.lsn,
             polled.stop.into(),
+            polled
+                .notes
+                .iter()
+                .map(|(lsn, content)| (*lsn, PyBytes::new(py, content)))
+                .collect(),
         ))
     }
 
