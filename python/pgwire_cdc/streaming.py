@@ -1075,15 +1075,18 @@ def stream(
     says how far it got. Such tables are: those added to a publication while the stream
     runs; for an existing slot, the published tables not in ``held_tables`` (the tables the
     consumer holds: names, or a mapping of name to None when complete or to the
-    ``snapshot_progress`` key it last kept, to resume there); and those a
-    :func:`pgwire_cdc.resnapshot` call names. Until a table's snapshot completes its
-    changes arrive as usual, for rows the consumer may not hold yet (apply an update of a
-    missing row as an insert). ``until_lsn`` and ``idle_timeout`` wait for snapshots in
-    progress to finish. Tables without a replica-identity key cannot be read in chunks:
-    ``ConfigError`` for one not held at start; one that joins while streaming is only
-    streamed (a warning says so).
+    ``snapshot_progress`` key it last kept, to resume there) or, without ``held_tables``,
+    those this run's ``tables`` adds, those whose copy an earlier run left unfinished (the
+    slot's own record, :mod:`pgwire_cdc.copies`) and those that joined the publication
+    after the slot's position; and those a :func:`pgwire_cdc.resnapshot` call names. Until
+    a table's snapshot completes its changes arrive as usual, for rows the consumer may not
+    hold yet (apply an update of a missing row as an insert). ``until_lsn`` and
+    ``idle_timeout`` wait for snapshots in progress to finish. Tables without a
+    replica-identity key cannot be read in chunks: ``ConfigError`` for one not held at start
+    (or added by ``tables``); one that joins while streaming is only streamed (a warning
+    says so).
     """
-    given = {
+    given: dict[str, Any] = {
         "publication": publication,
         "slot": slot,
         "tables": tables,

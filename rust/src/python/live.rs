@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
 use pyo3::sync::MutexExt;
+use pyo3::types::PyBytes;
 
 use crate::arrow::Segment;
 use crate::decoder::SpillConfig;
@@ -29,6 +29,8 @@ use super::snapshot::{catalog_relation, CatalogColumn};
 /// `(oid, schema, table, replica_identity, columns, copy_sql)`.
 type TaskSpec = (u32, String, String, String, Vec<CatalogColumn>, String);
 type SegmentsOut = Vec<(String, PyArrowStream)>;
+/// Notes handed to Python: `(lsn, content)`.
+type NotesOut<'py> = Vec<(u64, Bound<'py, PyBytes>)>;
 
 fn live_error(py: Python<'_>, e: &LiveError) -> PyErr {
     match e {
@@ -444,7 +446,7 @@ impl PyLiveStream {
         idle_timeout_ms: Option<u64>,
         slice_ms: u64,
         idle_confirm_limit: Option<u64>,
-    ) -> PyResult<(SegmentsOut, u64, PyStop, Vec<(u64, Bound<'py, PyBytes>)>)> {
+    ) -> PyResult<(SegmentsOut, u64, PyStop, NotesOut<'py>)> {
         let limits = BatchLimits {
             max_rows,
             max_bytes,
