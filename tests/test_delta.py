@@ -219,3 +219,57 @@ def test_odd_names_and_moved_toast(
     got = delta.read_table(delta.table_path(tmp_path, "public.Odd")).to_pylist()
     want = db.conn.execute("""SELECT "K'ey \\ x", "it's `big`", n FROM "Odd" """).fetchall()
     assert sorted(tuple(r.values()) for r in got) == sorted(want)
+
+
+def test_a_copy_in_progress_is_found_behind_other_commits(db: Database, tmp_path: Path) -> None:
+    """A table half copied by an incremental snapshot, then more commits of other writers
+    (with their own userMetadata) than a short look back at the log would read: the next
+    run still finds where the copy stands, completes it, and the table equals the
+    source."""
+    from deltalake import write_deltalake
+    from deltalake.transaction import CommitProperties
+
+    db.conn.execute(
+        "CREATE TABLE lp_a (id int PRIMARY KEY, v text);"
+        " CREATE TABLE lp_b (id int PRIMARY KEY, v text);"
+        " INSERT INTO lp_a SELECT g, 'a' || g FROM generate_series(1, 300) g;"
+        " INSERT INTO lp_b SELECT g, 'b' || g FROM generate_series(1, 1000) g"
+    )
+    common: dict[str, Any] = {"publication": "lp", "slot": "lp_slot"}
+    delta.run(db.dsn, tmp_path, tables=["public.lp_a"], until_lsn=current_lsn(db), **common)
+    db.conn.execute("ALTER PUBLICATION lp ADD TABLE lp_b")
+    sink = delta.DeltaSink(tmp_path)
+    batches = pgwire_cdc.stream(db.dsn, held_tables=sink.held_tables(), chunk_rows=100, **common)
+    for batch in batches:
+        sink.apply(batch)
+        batch.ack()
+        if batch.snapshot_progress.get("public.lp_b"):
+            break  # stopped in the middle of lp_b's copy
+    batches.close()
+    path = delta.table_path(tmp_path, "public.lp_b")
+    half = delta.position(path)
+    assert half is not None and isinstance(half.progress, list) and half.progress
+    assert delta.read_table(path).num_rows < 1000
+    # Commits of another writer: empty appends, and a compaction.
+    empty = delta.read_table(path, "false")
+    for i in range(25):
+        write_deltalake(
+            path,
+            empty,
+            mode="append",
+            commit_properties=CommitProperties(custom_metadata={"userMetadata": f"job {i}"}),
+        )
+    from deltalake import DeltaTable
+
+    DeltaTable(path).optimize.compact()
+    assert DeltaTable(path).version() >= 26
+    after = delta.position(path)
+    assert after is not None and after.progress == half.progress
+    db.conn.execute("UPDATE lp_b SET v = 'late' WHERE id IN (5, 500, 999)")
+    delta.run(db.dsn, tmp_path, idle_timeout=1, chunk_rows=100, **common)
+    for name in ("lp_a", "lp_b"):
+        got = delta.read_table(delta.table_path(tmp_path, f"public.{name}")).to_pylist()
+        want = db.conn.execute(f"SELECT id, v FROM {name}").fetchall()  # type: ignore[arg-type]
+        assert sorted((r["id"], r["v"]) for r in got) == sorted(want), name
+    done = delta.position(path)
+    assert done is not None and done.progress is None

@@ -76,7 +76,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import _native
-from .delta_position import APP_ID, NO_PROGRESS, Commit, cut, progress_of, unapplied
+from .delta_position import (
+    APP_ID,
+    NO_PROGRESS,
+    PROGRESS_APP_ID,
+    Commit,
+    cut,
+    progress_of,
+    unapplied,
+)
 from .errors import ConfigError, DeltaError
 from .spark import for_spark, spark_schema
 from .tables import METADATA_COLUMNS, mark_unchanged, table_of
@@ -703,7 +711,31 @@ class DeltaSink:
                     self._empty_for_snapshot(name)
             elif _open(path) is None:
                 self.missing.append(name)
+            else:
+                progress = batch.snapshot_progress[name]
+                if self._progress.get(name, _NO_PROGRESS) != progress:
+                    self._record_progress(name, path, progress, batch.lsn, stats)
         return stats
+
+    def _record_progress(
+        self, name: str, path: str, progress: Any, lsn: int, stats: ApplyStats
+    ) -> None:
+        """Records a copy's progress that came without rows of the table to commit (its
+        last chunk was empty, or the copy completed after it) in a commit of its own,
+        unless the table already holds commits of a later batch (this one is delivered
+        again)."""
+        table = _open(path)
+        if table is None:
+            self.missing.append(name)
+            return
+        done = (table.transaction_version(PROGRESS_APP_ID), table.transaction_version(APP_ID))
+        if any(v is not None and v >= lsn for v in done):
+            return
+        rows = read_table(path, "false")
+        self.writer.write(path, rows, "append", _Commit(PROGRESS_APP_ID, lsn, progress))
+        self._progress[name] = progress
+        stats.commits += 1
+        self._on_step("committed")
 
     def _snapshot_part(self, name: str, changes: pa.Table, stats: ApplyStats) -> None:
         path = self.table_path(name)
@@ -762,8 +794,9 @@ class DeltaSink:
         path: str | None = None,
     ) -> None:
         path = path or self.table_path(name)
+        given, known = progress, self._progress.get(name, _NO_PROGRESS)
         if progress is _NO_PROGRESS:
-            progress = self._progress.get(name, _NO_PROGRESS)
+            progress = known
         else:
             self._progress[name] = progress
         table = None
@@ -783,6 +816,8 @@ class DeltaSink:
         if changes.num_rows == 0:
             if progress is not _NO_PROGRESS and _open(path) is None:
                 self.missing.append(name)
+            elif given is not _NO_PROGRESS and given != known:
+                self._record_progress(name, path, given, lsn, stats)
             return
         for part, commit_info in cut(changes, lsn, progress):
             self._commit(name, path, part, commit_info, stats)

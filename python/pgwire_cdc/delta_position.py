@@ -26,6 +26,9 @@ import pyarrow.compute as pc
 
 #: The transaction identifier (``txn`` appId) holding a table's position in the stream.
 APP_ID = "pgwire_cdc"
+#: The transaction identifier of commits that record a copy's progress without rows
+#: (versioned by the batch's LSN; the position stays under :data:`APP_ID`).
+PROGRESS_APP_ID = f"{APP_ID}.progress"
 
 
 class _NoProgress:
