@@ -375,11 +375,9 @@ class _Stream:
         )
 
     def _replication_connection(self) -> _native.ReplicationConnection:
-        repl = _native.ReplicationConnection(self.dsn)
-        # Text-format values are printed by the walsender with these settings.
-        for name, value in SESSION_SETTINGS.items():
-            repl.query("SELECT set_config(" + _literal(name) + ", " + _literal(value) + ", false)")
-        return repl
+        # Text-format values are printed by the walsender, and snapshot values cast to text
+        # by the snapshot workers, with these settings (startup parameters of each).
+        return _native.ReplicationConnection(self.dsn, list(SESSION_SETTINGS.items()))
 
     # -- acknowledgement -----------------------------------------------------------
 
@@ -979,10 +977,6 @@ def resnapshot(dsn: str, slot: str, tables: Sequence[admin.TableSpec]) -> list[s
         return names
     finally:
         conn.close()
-
-
-def _literal(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
 
 
 def _transient(error: Exception) -> bool:

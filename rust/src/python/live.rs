@@ -224,9 +224,15 @@ impl PyReplicationConnection {
 
 #[pymethods]
 impl PyReplicationConnection {
+    /// `settings`: run-time parameters sent in the startup packet of this connection and
+    /// of every snapshot worker it starts, so that all of them print values alike.
     #[new]
-    fn new(py: Python<'_>, dsn: &str) -> PyResult<Self> {
-        let params = ConnParams::parse(dsn).map_err(|e| pg_error(py, &e))?;
+    #[pyo3(signature = (dsn, settings = Vec::new()))]
+    fn new(py: Python<'_>, dsn: &str, settings: Vec<(String, String)>) -> PyResult<Self> {
+        let mut params = ConnParams::parse(dsn).map_err(|e| pg_error(py, &e))?;
+        for (name, value) in &settings {
+            params.set_startup_parameter(name, value);
+        }
         let conn = py
             .detach(|| Connection::connect(&params, true))
             .map_err(|e| pg_error(py, &e))?;
