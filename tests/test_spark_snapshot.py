@@ -149,3 +149,36 @@ def test_the_spark_snapshot_hands_off_to_the_stream(
         table = delta.read_table(delta.table_path(tmp_path, name))
         got = sorted((tuple(norm(v) for v in r.values()) for r in table.to_pylist()), key=repr)
         assert got == source_rows(db.conn, name), name
+
+
+def test_the_keeper_lets_go_once_every_range_is_read(db: Database) -> None:
+    """Tasks tell the keeper which range they have read by its number: queries longer
+    than a NOTIFY payload may be (8000 bytes) are no trouble, and the keeper ends as soon
+    as every range is in (keep_seconds 0)."""
+    from pgwire_cdc import spark_snapshot
+
+    names = [f"c{i:03d}_" + "x" * 58 for i in range(130)]
+    db.conn.execute(
+        "CREATE TABLE wide (id int PRIMARY KEY, " + ", ".join(f"{n} int" for n in names) + ")"
+    )
+    db.conn.execute(
+        "INSERT INTO wide SELECT g, " + ", ".join("g" for _ in names) + " FROM"
+        " generate_series(1, 2000) g"
+    )
+    with psycopg.connect(db.dsn) as conn:
+        info = spark_snapshot.describe(conn, "public.wide", None)
+        queries = spark_snapshot.partition_queries(conn, info, 3)
+    assert len(queries) == 3 and min(len(q) for q in queries) > 8000
+    snapshot, _, keeper = spark_snapshot.export_snapshot(db.dsn, queries, ttl=120, keep=0)
+    try:
+        rows = 0
+        for i, query in enumerate(queries):
+            assert keeper.poll() is None, "the keeper let go before every range was read"
+            for table in spark_snapshot.read_partition(db.dsn, snapshot, info, query, index=i):
+                rows += table.num_rows
+        assert rows == 2000
+        assert keeper.wait(timeout=30) == 0
+    finally:
+        if keeper.poll() is None:
+            keeper.kill()
+            keeper.wait()

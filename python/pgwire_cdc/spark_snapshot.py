@@ -114,12 +114,14 @@ def read_partition(
     query: str,
     batch_rows: int = 65_536,
     *,
+    index: int,
     consistent_point: int = 0,
     first_ordinal: int = 0,
 ) -> Iterator[pa.Table]:
-    """The rows of one block range, read under ``snapshot``, as change tables of
-    ``read`` rows (at ``consistent_point``, ``_tx_ordinal`` from ``first_ordinal``) of at
-    most about ``batch_rows`` rows each."""
+    """The rows of one block range (``query``, number ``index`` of the ranges the
+    snapshot's keeper waits for), read under ``snapshot``, as change tables of ``read``
+    rows (at ``consistent_point``, ``_tx_ordinal`` from ``first_ordinal``) of at most
+    about ``batch_rows`` rows each. Tells the keeper when the range has been read."""
     decoder = _native.CopyDecoder(
         info.oid,
         info.schema,
@@ -146,14 +148,16 @@ def read_partition(
                     if decoder.rows >= batch_rows:
                         yield table_of(decoder.take())
             yield table_of(decoder.finish())
-            conn.execute("SELECT pg_notify(%s, %s)", (DONE_CHANNEL, f"{snapshot} {query}"))
+            conn.execute("SELECT pg_notify(%s, %s)", (DONE_CHANNEL, done_payload(snapshot, index)))
 
 
-def read_rows(dsn: str, snapshot: str, info: TableInfo, query: str) -> Iterator[pa.RecordBatch]:
+def read_rows(
+    dsn: str, snapshot: str, info: TableInfo, query: str, index: int
+) -> Iterator[pa.RecordBatch]:
     """:func:`read_partition`'s rows as record batches of the table's columns in Spark's
     types (the batch reader's output)."""
     names = [c.name for c in info.columns]
-    for rows in read_partition(dsn, snapshot, info, query):
+    for rows in read_partition(dsn, snapshot, info, query, index=index):
         yield from _batches(rows, names)
 
 
@@ -166,6 +170,21 @@ def _batches(rows: pa.Table, names: list[str]) -> Iterator[pa.RecordBatch]:
 
 
 # -- the snapshot keeper ---------------------------------------------------------------
+
+
+def done_payload(snapshot: str, index: int) -> str:
+    """The notification a task sends once it has read range ``index`` under ``snapshot``:
+    short whatever the query (a NOTIFY payload holds less than 8000 bytes)."""
+    return f"{snapshot} {index}"
+
+
+def read_done(payload: str, snapshot: str) -> int | None:
+    """The range a :func:`done_payload` says was read under ``snapshot``; None for
+    another snapshot's or a malformed one."""
+    name, _, index = payload.partition(" ")
+    if name != snapshot or not index.isdigit():
+        return None
+    return int(index)
 
 
 def _spark_driver_pid() -> int | None:
@@ -191,12 +210,13 @@ def _spark_driver_pid() -> int | None:
 def export_snapshot(
     dsn: str, queries: Sequence[str], ttl: float, keep: float, slot: str | None = None
 ) -> tuple[str, int | None, subprocess.Popen[bytes]]:
-    """Starts a keeper process holding a new exported snapshot; returns its name and, when
+    """Starts a keeper process holding a new exported snapshot until each of the ranges
+    ``queries`` has been read (see :func:`read_partition`); returns its name and, when
     the keeper created the logical replication ``slot`` to export it, the slot's
     consistent point."""
     request = {
         "dsn": dsn,
-        "queries": list(queries),
+        "ranges": len(queries),
         "ttl": ttl,
         "keep": keep,
         "watch": _spark_driver_pid(),
@@ -227,7 +247,7 @@ def export_snapshot(
 def _keeper(request: dict[str, Any]) -> None:
     """Holds an exported snapshot (see the module documentation)."""
     dsn = request["dsn"]
-    pending = set(request["queries"])
+    pending = set(range(int(request["ranges"])))
     started = time.monotonic()
     holder: Any
     try:
@@ -268,9 +288,7 @@ def _keeper(request: dict[str, Any]) -> None:
         with contextlib.suppress(OSError, ValueError):
             select.select([listener.fileno()], [], [], 1.0)
         for note in listener.notifies(timeout=0, stop_after=0):
-            snapshot, _, query = note.payload.partition(" ")
-            if snapshot == name:
-                pending.discard(query)
+            pending.discard(read_done(note.payload, name))
         if not pending and done_at is None:
             done_at = time.monotonic()
     if hasattr(holder, "close"):

@@ -146,10 +146,11 @@ class PgwireCdcDataSource(DataSource):
 class _Blocks(InputPartition):
     """One CTID block range of a batch read."""
 
-    def __init__(self, snapshot: str, query: str) -> None:
-        super().__init__((snapshot, query))
+    def __init__(self, snapshot: str, query: str, index: int) -> None:
+        super().__init__((snapshot, query, index))
         self.snapshot = snapshot
         self.query = query
+        self.index = index
 
 
 class PgwireCdcBatchReader(DataSourceReader):
@@ -174,12 +175,12 @@ class PgwireCdcBatchReader(DataSourceReader):
             snapshot, _, _ = spark_snapshot.export_snapshot(
                 self.dsn, self.queries, self.ttl, self.keep
             )
-        return [_Blocks(snapshot, q) for q in self.queries]
+        return [_Blocks(snapshot, q, i) for i, q in enumerate(self.queries)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Blocks)
         yield from spark_snapshot.read_rows(
-            self.dsn, partition.snapshot, self.info, partition.query
+            self.dsn, partition.snapshot, self.info, partition.query, partition.index
         )
 
 
@@ -195,11 +196,13 @@ class _Range(InputPartition):
         snapshot: str | None = None,
         info: Any = None,
         ordinal: int = 0,
+        index: int = 0,
     ) -> None:
-        super().__init__((start, end, query))
+        super().__init__((start, end, query, index))
         self.start = start
         self.end = end
         self.query = query
+        self.index = index
         self.snapshot = snapshot
         self.info = info
         self.ordinal = ordinal
@@ -295,7 +298,7 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 info = spark_snapshot.describe(conn, self.o.table, self.o.publication)
             # Ordinals of different ranges never meet: 2^40 rows per range.
             return [
-                _Range(begin, stop, q, marker["snapshot"], info, i << 40)
+                _Range(begin, stop, q, marker["snapshot"], info, i << 40, i)
                 for i, q in enumerate(marker["queries"])
             ]
         return [_Range(begin, stop)]
@@ -390,6 +393,7 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     partition.snapshot,
                     partition.info,
                     partition.query,
+                    index=partition.index,
                     consistent_point=partition.end,
                     first_ordinal=partition.ordinal,
                 ):
