@@ -56,6 +56,19 @@ class Decoder:
     def pending_rows(self) -> int: ...
     def _take_segments(self) -> list[tuple[str, ArrowStream]]: ...
 
+#: The metadata columns of every change table, after the table's own columns, in order.
+METADATA_COLUMNS: tuple[str, ...]
+
+def change_table_schema(
+    table_oid: int,
+    namespace: str,
+    name: str,
+    replica_identity: str,
+    columns: Sequence[tuple[str, int, int, int, int, bool]],
+) -> ArrowStream:
+    """The Arrow schema of a table's change table from its catalog description, as an empty
+    Arrow stream (``CopyDecoder``'s arguments but the positions)."""
+
 @final
 class CopyDecoder:
     """One table's ``COPY (SELECT ...) TO STDOUT (FORMAT BINARY)`` data into a change table
@@ -197,9 +210,7 @@ class Stop:
 class ReplicationConnection:
     """A ``replication=database`` connection before streaming (used by ``stream()``)."""
 
-    def __new__(
-        cls, dsn: str, settings: list[tuple[str, str]] = ...
-    ) -> ReplicationConnection: ...
+    def __new__(cls, dsn: str, settings: list[tuple[str, str]] = ...) -> ReplicationConnection: ...
     @property
     def server_version(self) -> int: ...
     def identify_system(self) -> tuple[str, int, int, str | None]: ...

@@ -103,6 +103,27 @@ class TableInfo:
     row_filter: str | None  # the publication's WHERE expression (PostgreSQL 15+)
     columns: list[ColumnInfo]
 
+    def descriptions(self) -> list[tuple[str, int, int, int, int, bool]]:
+        """The published columns as the extension takes them (``CopyDecoder``,
+        ``change_table_schema``, snapshot tasks): name, type, base type, their type
+        modifiers, and whether the column is in the replica-identity key."""
+        return [
+            (c.name, c.type_oid, c.base_type_oid, c.type_modifier, c.base_type_modifier, c.is_key)
+            for c in self.columns
+        ]
+
+    def change_table_schema(self) -> pa.Schema:
+        """The Arrow schema of this table's change table, as the stream and the snapshot
+        build it."""
+        from . import _native
+        from .tables import table_of
+
+        stream = _native.change_table_schema(
+            self.oid, self.schema, self.name, self.replica_identity, self.descriptions()
+        )
+        schema: pa.Schema = table_of(stream).schema
+        return schema
+
 
 # -- types ----------------------------------------------------------------------------------
 
@@ -414,9 +435,6 @@ def current_role(conn: psycopg.Connection[Any]) -> str:
 
 def change_table_schema(conn: Connection, publication: str, table: str) -> pa.Schema:
     """The Arrow schema of ``table``'s change table (as the stream and snapshot build it)."""
-    from . import _native
-    from .tables import table_of
-
     infos = {t.qualified: t for t in published_tables(conn, publication)}
     info = infos.get(table)
     if info is None:
@@ -425,15 +443,4 @@ def change_table_schema(conn: Connection, publication: str, table: str) -> pa.Sc
             f"{', '.join(sorted(infos)) or 'no tables'}); add it with ALTER PUBLICATION "
             f"{publication} ADD TABLE {table}"
         )
-    columns = [
-        (c.name, c.type_oid, c.base_type_oid, c.type_modifier, c.base_type_modifier, c.is_key)
-        for c in info.columns
-    ]
-    decoder = _native.CopyDecoder(
-        info.oid, info.schema, info.name, info.replica_identity, columns, 0
-    )
-    # An empty COPY BINARY stream (signature, flags, header extension, trailer): the
-    # decoder's empty change table has the schema.
-    decoder.feed(b"PGCOPY\n\xff\r\n\x00" + bytes(8) + b"\xff\xff")
-    schema: pa.Schema = table_of(decoder.finish()).schema
-    return schema
+    return info.change_table_schema()

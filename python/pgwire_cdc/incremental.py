@@ -48,7 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import sql
 
-from . import _native
+from . import _native, tables
 from .catalog import TableInfo
 from .errors import ConfigError
 from .lsn import lsn_to_int
@@ -111,8 +111,8 @@ class Chunk:
 
 def key_columns(table: TableInfo) -> list[str]:
     """The replica-identity key columns of ``table`` (ConfigError when it has none)."""
-    keys = [c.name for c in table.columns if c.is_key]
-    if not keys or table.replica_identity == "f":
+    keys = tables.key_columns(table.change_table_schema())
+    if keys is None:
         raise ConfigError(
             f"{table.qualified} has no replica-identity key (a primary key or REPLICA IDENTITY"
             " USING INDEX), so it cannot be read in key-ordered chunks while streaming; give"
@@ -195,10 +195,6 @@ def read_chunk(
     (autocommit, not in a transaction)."""
     keys = key_columns(table)
     query = chunk_query(table, after, limit, conn, only)
-    columns = [
-        (c.name, c.type_oid, c.base_type_oid, c.type_modifier, c.base_type_modifier, c.is_key)
-        for c in table.columns
-    ]
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
@@ -211,7 +207,7 @@ def read_chunk(
                 chunks.append(bytes(data))
         high = _watermark(conn, "high", table.qualified, number)
     decoder = _native.CopyDecoder(
-        table.oid, table.schema, table.name, table.replica_identity, columns, high - 1
+        table.oid, table.schema, table.name, table.replica_identity, table.descriptions(), high - 1
     )
     decoder.feed_many(chunks)
     rows = table_of(decoder.finish())

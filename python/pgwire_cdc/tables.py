@@ -25,18 +25,25 @@ import pyarrow as pa
 
 from . import _native
 
-#: The metadata columns of every change table, after the table's own columns.
-METADATA_COLUMNS = (
-    "_change_type",
-    "_lsn",
-    "_commit_lsn",
-    "_tx_ordinal",
-    "_commit_ts",
-    "_xid",
-    "_before",
-    "_before_kind",
-    "_unchanged",
-)
+#: The metadata columns of every change table, after the table's own columns (defined
+#: once, in the extension).
+METADATA_COLUMNS: tuple[str, ...] = tuple(_native.METADATA_COLUMNS)
+
+
+def key_columns(table: pa.Table | pa.Schema) -> list[str] | None:
+    """The columns a change table's rows are matched on: its replica-identity key, or None
+    (whole rows, a multiset) for REPLICA IDENTITY FULL and tables without a key."""
+    schema = table if isinstance(table, pa.Schema) else table.schema
+    metadata = schema.metadata or {}
+    if metadata.get(b"pg_replica_identity") == b"f":
+        return None
+    keys = [
+        f.name
+        for f in schema
+        if f.name not in METADATA_COLUMNS
+        and (f.metadata or {}).get(b"pg_replica_identity") == b"true"
+    ]
+    return keys or None
 
 
 def table_of(stream: Any) -> pa.Table:

@@ -22,5 +22,5 @@ mod unchanged;
 
 pub use buffers::Recycler;
 pub use sink::{ArrowSink, Segment};
-pub use table::{change_table_schema, ChangeKind, ChangeTable, ColumnError, RowMeta};
+pub use table::{change_table_schema, meta, ChangeKind, ChangeTable, ColumnError, RowMeta};
 pub use unchanged::mark_unchanged;

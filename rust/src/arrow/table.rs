@@ -84,20 +84,46 @@ fn data_fields(relation: &Relation) -> Fields {
         .collect()
 }
 
+/// The metadata columns of every change table, after the table's own columns, in this
+/// order (docs/change-tables.md); the names exist only here (`_native.METADATA_COLUMNS`).
+pub mod meta {
+    pub const CHANGE_TYPE: &str = "_change_type";
+    pub const LSN: &str = "_lsn";
+    pub const COMMIT_LSN: &str = "_commit_lsn";
+    pub const TX_ORDINAL: &str = "_tx_ordinal";
+    pub const COMMIT_TS: &str = "_commit_ts";
+    pub const XID: &str = "_xid";
+    pub const BEFORE: &str = "_before";
+    pub const BEFORE_KIND: &str = "_before_kind";
+    pub const UNCHANGED: &str = "_unchanged";
+    /// All of them, in order.
+    pub const ALL: [&str; 9] = [
+        CHANGE_TYPE,
+        LSN,
+        COMMIT_LSN,
+        TX_ORDINAL,
+        COMMIT_TS,
+        XID,
+        BEFORE,
+        BEFORE_KIND,
+        UNCHANGED,
+    ];
+}
+
 /// The Arrow schema of a relation's change table (docs/change-tables.md).
 pub fn change_table_schema(relation: &Relation) -> SchemaRef {
     let data = data_fields(relation);
     let mut fields: Vec<Field> = data.iter().map(|f| f.as_ref().clone()).collect();
     fields.extend([
-        Field::new("_change_type", DataType::Utf8, false),
-        Field::new("_lsn", DataType::Int64, false),
-        Field::new("_commit_lsn", DataType::Int64, true),
-        Field::new("_tx_ordinal", DataType::Int64, false),
-        Field::new("_commit_ts", commit_ts_type(), true),
-        Field::new("_xid", DataType::Int64, true),
-        Field::new("_before", DataType::Struct(data), true),
-        Field::new("_before_kind", DataType::Utf8, true),
-        Field::new("_unchanged", DataType::List(unchanged_item()), false),
+        Field::new(meta::CHANGE_TYPE, DataType::Utf8, false),
+        Field::new(meta::LSN, DataType::Int64, false),
+        Field::new(meta::COMMIT_LSN, DataType::Int64, true),
+        Field::new(meta::TX_ORDINAL, DataType::Int64, false),
+        Field::new(meta::COMMIT_TS, commit_ts_type(), true),
+        Field::new(meta::XID, DataType::Int64, true),
+        Field::new(meta::BEFORE, DataType::Struct(data), true),
+        Field::new(meta::BEFORE_KIND, DataType::Utf8, true),
+        Field::new(meta::UNCHANGED, DataType::List(unchanged_item()), false),
     ]);
     let metadata = [
         ("pg_relation_oid".to_owned(), relation.oid.to_string()),

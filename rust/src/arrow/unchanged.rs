@@ -19,12 +19,14 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::ArrowError;
 
+use super::table::meta;
+
 /// `batch` with `names` added to `_unchanged` of every row that has a new row image.
 pub fn mark_unchanged(batch: &RecordBatch, names: &[String]) -> Result<RecordBatch, ArrowError> {
     let schema = batch.schema();
     let (Ok(unchanged_at), Ok(kind_at)) = (
-        schema.index_of("_unchanged"),
-        schema.index_of("_change_type"),
+        schema.index_of(meta::UNCHANGED),
+        schema.index_of(meta::CHANGE_TYPE),
     ) else {
         return Err(ArrowError::SchemaError(
             "not a change table: _unchanged or _change_type is missing".into(),

@@ -23,7 +23,7 @@ use std::time::Duration;
 use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch};
 use arrow_schema::ArrowError;
 
-use crate::arrow::Segment;
+use crate::arrow::{meta, Segment};
 use crate::error::DecodeError;
 use crate::pg::{ConnParams, Connection, PgError};
 use crate::relation::Relation;
@@ -271,7 +271,7 @@ impl SnapshotReader {
     fn number(&mut self, segment: Segment) -> Result<Segment, SnapshotError> {
         let batch = segment.batch;
         let schema = batch.schema();
-        let Ok(index) = schema.index_of("_tx_ordinal") else {
+        let Ok(index) = schema.index_of(meta::TX_ORDINAL) else {
             return Ok(Segment {
                 table: segment.table,
                 batch,

@@ -9,6 +9,8 @@ use arrow_row::{Row, RowConverter, Rows, SortField};
 use arrow_schema::{ArrowError, SchemaRef};
 use arrow_select::interleave::interleave;
 
+use crate::arrow::meta;
+
 /// How rows are matched.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyMode {
@@ -329,18 +331,18 @@ pub(super) fn change_columns<'a>(
     }
     let kinds = change_kinds(
         batch
-            .column_by_name("_change_type")
+            .column_by_name(meta::CHANGE_TYPE)
             .ok_or_else(|| ApplyError::Schema("no _change_type column".into()))?
             .as_ref(),
     )?;
-    let before = match batch.column_by_name("_before") {
+    let before = match batch.column_by_name(meta::BEFORE) {
         Some(a) => Some(
             a.as_struct_opt()
                 .ok_or_else(|| ApplyError::Schema("_before is not a struct".into()))?,
         ),
         None => None,
     };
-    let unchanged = match batch.column_by_name("_unchanged") {
+    let unchanged = match batch.column_by_name(meta::UNCHANGED) {
         Some(a) => Some(
             a.as_list_opt::<i32>()
                 .ok_or_else(|| ApplyError::Schema("_unchanged is not a list".into()))?,

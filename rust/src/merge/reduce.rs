@@ -12,6 +12,8 @@ use arrow_row::{Row, Rows};
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
 use arrow_select::interleave::interleave;
 
+use crate::arrow::meta;
+
 use super::apply::{
     change_columns, key_converter, to_u32, unchanged_columns, ApplyError, ApplyStats,
     ChangeColumns, Kind, RowVersion, Src,
@@ -289,7 +291,7 @@ pub fn reduce_changes(
     let mut fields: Vec<Arc<Field>> = schema.fields().iter().cloned().collect();
     fields.push(Arc::new(Field::new("_delete", DataType::Boolean, false)));
     fields.push(Arc::new(Field::new(
-        "_unchanged",
+        meta::UNCHANGED,
         DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
         false,
     )));

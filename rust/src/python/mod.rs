@@ -40,6 +40,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(merge::apply_changes, m)?)?;
     m.add_function(wrap_pyfunction!(merge::reduce_changes, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::mark_unchanged, m)?)?;
+    m.add_function(wrap_pyfunction!(snapshot::change_table_schema, m)?)?;
+    m.add(
+        "METADATA_COLUMNS",
+        pyo3::types::PyTuple::new(m.py(), crate::arrow::meta::ALL)?,
+    )?;
     m.add_class::<live::PySessionOptions>()?;
     m.add_class::<live::PyStop>()?;
     // Test-only surface (Cargo feature `test-client`): not in the shipped wheel.

@@ -53,6 +53,23 @@ pub fn catalog_relation(
     ))
 }
 
+/// The Arrow schema of a table's change table, from its catalog description (the schema
+/// the stream and the snapshot give it), as an empty Arrow stream.
+#[pyfunction]
+pub fn change_table_schema(
+    table_oid: u32,
+    namespace: &str,
+    name: &str,
+    replica_identity: &str,
+    columns: Vec<CatalogColumn>,
+) -> PyResult<PyArrowStream> {
+    let relation = catalog_relation(table_oid, namespace, name, replica_identity, columns)?;
+    Ok(PyArrowStream::new(
+        crate::arrow::change_table_schema(&relation),
+        Vec::new(),
+    ))
+}
+
 #[pyclass(frozen, module = "pgwire_cdc._native", name = "CopyDecoder")]
 pub struct PyCopyDecoder {
     state: Mutex<CopyBinaryDecoder>,
