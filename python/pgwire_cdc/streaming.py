@@ -50,7 +50,7 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
-from . import _native, admin, catalog, copies, incremental, preflight
+from . import _native, acks, admin, catalog, copies, incremental, preflight
 from ._native import Stop
 from .connection import SESSION_SETTINGS, connect
 from .errors import ConfigError, ConnectionError, SlotError
@@ -267,14 +267,9 @@ class _Stream:
         # Which slot the live stream reads: the permanent one, or the temporary
         # snapshot slot until the snapshot is committed.
         self.stream_slot = options.slot
-        self.acked_seq = -1
-        self.seq = 0
-        self.snapshot_last_seq: int | None = None  # set when the last snapshot batch is known
-        self.snapshot_committed = True
+        #: Acks and the temporary -> permanent slot hand-off (:mod:`pgwire_cdc.acks`).
+        self.acks = acks.AckLedger()
         self.consistent_point = 0
-        self.switch_pending = False
-        #: The highest position the consumer acked (or the slot held) so far.
-        self.acked_lsn = 0
         self.server_version = 0
         self.table_infos: list[catalog.TableInfo] = []
         #: How every streaming session of this run runs (set by prepare()).
@@ -292,7 +287,7 @@ class _Stream:
         #: The WAL position when this run started: copy-state notes before it are earlier
         #: runs' (:mod:`pgwire_cdc.copies`).
         self.run_start = 0
-        self.ledger = copies.CopyLedger(options.slot, caught_up=True)
+        self.copy_state = copies.CopyLedger(options.slot, caught_up=True)
 
     # -- setup ---------------------------------------------------------------------
 
@@ -323,7 +318,7 @@ class _Stream:
                 self.slot,
             )
         self.run_start = _wal_position(conn)
-        self.ledger = copies.CopyLedger(self.slot, caught_up=found.slot is None)
+        self.copy_state = copies.CopyLedger(self.slot, caught_up=found.slot is None)
         user_types = {
             c.type_oid for t in self.table_infos for c in t.columns if c.type_oid >= 16384
         }
@@ -382,46 +377,45 @@ class _Stream:
     # -- acknowledgement -----------------------------------------------------------
 
     def ack(self, seq: int, lsn: int, snapshot_batch: bool) -> None:
-        if seq <= self.acked_seq:
+        decision = self.acks.ack(seq, lsn, snapshot_batch)
+        if decision is None:
             return
-        self.acked_seq = seq
-        if not self.snapshot_committed:
-            if self.snapshot_last_seq is not None and seq >= self.snapshot_last_seq:
-                self._commit_snapshot()
-        if self.live is not None and not snapshot_batch:
-            self.ledger.acking(seq)
-            if self.ledger.note_due(lsn):
+        if decision.make_permanent_slot:
+            self._commit_snapshot()
+        if self.live is not None and decision.slot_lsn is not None:
+            self.copy_state.acking(seq)
+            if self.copy_state.note_due(lsn):
                 self._on_setup_connection(self._write_note)
-                if self.ledger.note_due(lsn):
+                if self.copy_state.note_due(lsn):
                     # The copy state could not be written ahead of this ack: the slot stays
                     # before the last note, and the batches after it come again after a
                     # restart.
-                    lsn = min(lsn, max(self.acked_lsn, self.ledger.written_start or 0))
+                    lsn = min(lsn, max(self.acks.acked_lsn, self.copy_state.written_start or 0))
                     log.warning(
                         "the slot's copy state could not be written; acked up to %s",
                         int_to_lsn(lsn),
                     )
             self.live.ack(lsn)
-        self.acked_lsn = max(self.acked_lsn, lsn)
+        self.acks.acked(lsn)
 
     def _write_note(self) -> None:
         """Writes the copy state into the WAL ahead of the slot (:mod:`pgwire_cdc.copies`)."""
         assert self.conn is not None
         row = self.conn.execute(
             "SELECT pg_logical_emit_message(false, %s, %s)::text",
-            (copies.NOTE_PREFIX, self.ledger.note()),
+            (copies.NOTE_PREFIX, self.copy_state.note()),
         ).fetchone()
         assert row is not None
-        self.ledger.noted(lsn_to_int(row[0]))
+        self.copy_state.noted(lsn_to_int(row[0]))
 
     def _start_copy(self, table: catalog.TableInfo, after: Sequence[Any] | None = None) -> None:
         """Starts (or starts again) the incremental copy of ``table`` after key ``after``;
         the slot's copy state records it at once. ConfigError for a keyless table."""
         assert self.snapshots is not None
         self.snapshots.add(table, after)
-        self.ledger.started(table.qualified, after)
+        self.copy_state.started(table.qualified, after)
         self.known.add(table.qualified)
-        if self.ledger.note_due():
+        if self.copy_state.note_due():
             self._on_setup_connection(self._write_note)
 
     def _commit_snapshot(self) -> None:
@@ -429,10 +423,8 @@ class _Stream:
         position acked so far."""
         assert self.conn is not None
         admin.copy_slot(self.conn, _temporary_slot_name(self.slot), self.slot)
-        self.snapshot_committed = True
-        if self.stream_slot != self.slot:
-            # Already streaming on the temporary slot: move over at the next boundary.
-            self.switch_pending = True
+        # Already streaming on the temporary slot: it moves over at the next boundary.
+        self.acks.permanent_slot_made()
         log.info("initial snapshot committed; slot %s created", self.slot)
 
     # -- the generator -------------------------------------------------------------
@@ -451,12 +443,12 @@ class _Stream:
             )
             if existing is not None:
                 start = existing.confirmed_flush_lsn or 0
-                self.acked_lsn = start
+                self.acks.acked(start)
                 self.repl = self._replication_connection()
                 self._start_streaming(self.slot, start)
             elif self.o.snapshot:
                 yield from self._snapshot()
-                if self.snapshot_committed:
+                if self.acks.snapshot_committed:
                     assert self.repl is not None
                     self.repl.drop_slot(_temporary_slot_name(self.slot))
                     self._start_streaming(self.slot, self.consistent_point)
@@ -467,7 +459,7 @@ class _Stream:
             else:
                 self.repl = self._replication_connection()
                 _, cp, _ = self.repl.create_slot(self.slot)
-                self.acked_lsn = cp
+                self.acks.acked(cp)
                 self._start_streaming(self.slot, cp)
             yield from self._changes()
         finally:
@@ -478,11 +470,12 @@ class _Stream:
     ) -> None:
         assert self.repl is not None and self.session_options is not None
         self.stream_slot = slot
+        self.acks.streaming_on(temporary=slot != self.slot)
         self.live = self.repl.start_streaming(
             slot,
             start,
             self.session_options,
-            acked_lsn=self.acked_lsn,
+            acked_lsn=self.acks.acked_lsn,
             skip_through=skip_through,
         )
         self.repl = None
@@ -493,8 +486,7 @@ class _Stream:
         _, cp, snapshot_name = self.repl.create_slot(temp, temporary=True, export_snapshot=True)
         assert snapshot_name is not None
         self.consistent_point = cp
-        self.acked_lsn = cp
-        self.snapshot_committed = False
+        self.acks.snapshot_started(cp)
         assert self.conn is not None
         reader = self.o.snapshot_reader
         if reader is not None:
@@ -512,17 +504,7 @@ class _Stream:
         for t in self.table_infos:
             blocks = catalog.table_blocks(self.conn, t.oid)
             ranges = workers if blocks >= self.o.snapshot_split_blocks else 1
-            columns = [
-                (
-                    c.name,
-                    c.type_oid,
-                    c.base_type_oid,
-                    c.type_modifier,
-                    c.base_type_modifier,
-                    c.is_key,
-                )
-                for c in t.columns
-            ]
+            columns = t.descriptions()
             for query in catalog.snapshot_queries(t, ranges, blocks):
                 tasks.append((t.oid, t.schema, t.name, t.replica_identity, columns, query))
         log.info(
@@ -538,9 +520,9 @@ class _Stream:
         first = True
         while pending is not None:
             following = self._next_snapshot_segment()
-            seq = self._next_seq()
+            seq = self.acks.handed_out()
             if following is None:
-                self.snapshot_last_seq = seq
+                self.acks.last_snapshot_batch(seq)
             name, table = pending
             yield Batch(
                 tables={name: table},
@@ -563,8 +545,8 @@ class _Stream:
         """The last (and only) batch of a snapshot whose rows did not come through the
         stream: it starts the consumer's copy over, names every table complete, and its
         ack creates the slot."""
-        seq = self._next_seq()
-        self.snapshot_last_seq = seq
+        seq = self.acks.handed_out()
+        self.acks.last_snapshot_batch(seq)
         return Batch(
             tables={},
             lsn=cp,
@@ -589,11 +571,6 @@ class _Stream:
                 name, stream = got
                 return name, table_of(stream)
 
-    def _next_seq(self) -> int:
-        seq = self.seq
-        self.seq += 1
-        return seq
-
     def _acker(self, seq: int, lsn: int, snapshot_batch: bool) -> Callable[[], None]:
         return lambda: self.ack(seq, lsn, snapshot_batch)
 
@@ -616,7 +593,7 @@ class _Stream:
                     max_ms=self.o.max_batch_ms,
                     until_lsn=waiting if busy else until,
                     idle_timeout_ms=None if idle is None or busy else int(idle * 1000),
-                    idle_confirm_limit=self.ledger.idle_confirm_limit(),
+                    idle_confirm_limit=self.copy_state.idle_confirm_limit(),
                 )
             except ConnectionError as e:
                 self._reconnect(e)
@@ -633,9 +610,9 @@ class _Stream:
             if tables or progress or (stop != Stop.PENDING and lsn > last_lsn):
                 # A batch without rows still moves the LSN (the end of a transaction whose
                 # rows went out earlier): the consumer acks it like any other.
-                seq = self._next_seq()
-                self.ledger.handed_out(seq, progress)
-                self.ledger.passed(lsn, self.run_start)
+                seq = self.acks.handed_out()
+                self.copy_state.handed_out(seq, progress)
+                self.copy_state.passed(lsn, self.run_start)
                 yield Batch(
                     tables=tables,
                     lsn=lsn,
@@ -651,7 +628,7 @@ class _Stream:
                     return
                 if busy and until is not None and lsn >= until:
                     return
-            if self.switch_pending:
+            if self.acks.switch_pending:
                 self._switch_to_permanent_slot()
 
     # -- tables added later ----------------------------------------------------------
@@ -750,7 +727,7 @@ class _Stream:
             return  # the consumer says what it holds
         wanted: dict[str, list[Any]] = {}
         for lsn, content in notes:
-            wanted.update(self.ledger.received(lsn, content, self.run_start, self.provisional))
+            wanted.update(self.copy_state.received(lsn, content, self.run_start, self.provisional))
         if not wanted:
             return
         published = {
@@ -797,7 +774,7 @@ class _Stream:
         attempts, the delay before each doubling from ``reconnect_delay`` up to
         ``reconnect_max_delay``; streaming resumes after the last batch handed out."""
         assert self.live is not None
-        if self.stream_slot != self.slot and not self.snapshot_committed:
+        if self.acks.snapshot_lost_with_connection:
             raise ConnectionError(
                 "the replication connection was lost before the initial snapshot was "
                 "acked; its temporary slot is gone with it. Run stream() again to take "
@@ -811,9 +788,9 @@ class _Stream:
         except Exception as e:
             log.debug("closing the lost replication session failed: %s", e)
         self.live = None
-        self.acked_lsn = max(self.acked_lsn, acked)
-        # The snapshot is committed: a session still on the temporary slot moves over now.
-        self.switch_pending = False
+        self.acks.acked(acked)
+        # The snapshot is committed: a session still on the temporary slot moves over now
+        # (_start_streaming on the permanent slot).
         attempts = self.o.reconnect_attempts
         log.warning("replication connection lost: %s", error)
         last: Exception = error
@@ -848,7 +825,7 @@ class _Stream:
         raise give_up(
             f"the replication connection was lost and {attempts} reconnect attempt(s) failed"
             f" (reconnect_attempts={attempts}); last error: {last}. Nothing after"
-            f" {int_to_lsn(self.acked_lsn)} is acked: run stream() again to resume from the"
+            f" {int_to_lsn(self.acks.acked_lsn)} is acked: run stream() again to resume from the"
             " slot once the server is reachable",
             sqlstate=getattr(last, "sqlstate", None),
         ) from last
@@ -868,10 +845,9 @@ class _Stream:
         assert self.live is not None
         resume = self.live.delivered_lsn
         skip = self.live.partial_transaction
-        self.acked_lsn = max(self.acked_lsn, self.live.acked_lsn)
+        self.acks.acked(self.live.acked_lsn)
         self.live.close()
         self.live = None
-        self.switch_pending = False
         self.repl = self._replication_connection()
         self._start_streaming(self.slot, resume, skip)
 
