@@ -59,7 +59,10 @@ A batch delivered again after a crash (the slot is acked only after every table'
 is filtered against these: rows at or below the table's position are skipped, so nothing
 is applied twice, whichever table's commit the crash came between. Incremental-snapshot
 progress (``Batch.snapshot_progress``) travels in the same commit, in the commit's
-``userMetadata``, so a restart resumes a table's copy where its rows end.
+``userMetadata`` (progress that comes without rows of the table gets a commit of its own,
+under ``pgwire_cdc.progress``), so a restart resumes a table's copy where its rows end;
+:func:`position` finds it however many commits of other writers came after.
+:mod:`pgwire_cdc.delta_position` holds these rules as pure functions.
 """
 
 from __future__ import annotations
