@@ -41,6 +41,10 @@ pub(crate) struct Login<'a> {
 }
 
 /// Runs the exchange up to AuthenticationOk.
+#[allow(
+    clippy::too_many_lines,
+    reason = "the authentication exchange message by message, in the order the protocol runs it"
+)]
 pub(crate) fn authenticate(wire: &mut Wire, login: &Login<'_>) -> Result<(), PgError> {
     let tls = wire.stream().tls().is_some();
     if login.channel_binding == ChannelBindingMode::Require && !tls {

@@ -3,7 +3,7 @@
 //! slices and rejects trailing bytes, so a malformed message is a `Protocol` error, never
 //! a panic.
 
-use super::error::{PgError, ServerError};
+use super::error::{ErrorObject, PgError, ServerError};
 
 pub(crate) const AUTHENTICATION: u8 = b'R';
 pub(crate) const BACKEND_KEY_DATA: u8 = b'K';
@@ -107,6 +107,7 @@ pub(crate) fn error_fields(body: &[u8]) -> Result<ServerError, PgError> {
         message: String::new(),
         hint: None,
         detail: None,
+        object: ErrorObject::Unspecified,
     };
     let mut localized_severity = String::new();
     loop {

@@ -55,6 +55,19 @@ pub struct ServerError {
     pub hint: Option<String>,
     /// The DETAIL field, when present. Not part of `Display`: it can contain row values.
     pub detail: Option<String>,
+    /// What the failed command acted on, as the client knows it (the server's message is
+    /// prose, localized, and never read for this).
+    pub object: ErrorObject,
+}
+
+/// What a failed command acted on, set by the command that got the error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorObject {
+    /// A query, or the stream: nothing more is known.
+    #[default]
+    Unspecified,
+    /// A replication slot: creating, dropping or starting to stream from one.
+    ReplicationSlot,
 }
 
 struct ServerDisplay<'a>(&'a ServerError);
@@ -113,6 +126,15 @@ impl PgError {
         }
     }
 
+    /// The error with a server error's object set: the command acted on `object`.
+    #[must_use]
+    pub(crate) fn about(mut self, object: ErrorObject) -> Self {
+        if let PgError::Server(e) = &mut self {
+            e.object = object;
+        }
+        self
+    }
+
     /// An ErrorResponse: during the login a refusal of class 28 (invalid authorization)
     /// is an authentication failure; everything else stays a server error.
     pub(crate) fn from_server(err: ServerError, during_login: bool) -> Self {
@@ -123,6 +145,53 @@ impl PgError {
             };
         }
         PgError::Server(Box::new(err))
+    }
+}
+
+/// The kind of failure an error is: what the user must fix (the Python binding maps each
+/// to one `pgwire_cdc.errors` class).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    Config,
+    Slot,
+    Connection,
+}
+
+impl PgError {
+    /// The documented error mapping: configuration problems, slot problems, and
+    /// everything that means "the connection failed or was lost".
+    ///
+    /// Server errors by SQLSTATE and by what the failed command acted on ([`ErrorObject`],
+    /// never the message's wording): 55006 (object in use: the slot is active) is a slot
+    /// error; 42704 (undefined object), 42710 (duplicate object) and 55000 (object not in
+    /// prerequisite state: invalidated or lost) are slot errors from a command on a
+    /// replication slot (creating, dropping, starting to stream); class 28 (authorization) is a
+    /// connection error; classes 42, 0A and 55 otherwise are configuration errors (missing
+    /// privileges or objects, unsupported features, wal_level); the rest (57P01 terminated
+    /// by an administrator, 53300 too many connections, ...) are connection errors.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            PgError::Config(_) => ErrorClass::Config,
+            PgError::Connect { .. }
+            | PgError::Tls(_)
+            | PgError::Auth { .. }
+            | PgError::Protocol(_) => ErrorClass::Connection,
+            PgError::Server(e) => {
+                let about_slot = e.object == ErrorObject::ReplicationSlot;
+                match e.sqlstate.as_str() {
+                    "55006" => ErrorClass::Slot,
+                    "42704" | "42710" | "55000" if about_slot => ErrorClass::Slot,
+                    code if code.starts_with("28") => ErrorClass::Connection,
+                    code if ["42", "0A", "55"]
+                        .iter()
+                        .any(|class| code.starts_with(class)) =>
+                    {
+                        ErrorClass::Config
+                    }
+                    _ => ErrorClass::Connection,
+                }
+            }
+        }
     }
 }
 
@@ -138,6 +207,37 @@ mod tests {
             message: "duplicate key value violates unique constraint \"t_pkey\"".into(),
             hint: None,
             detail: Some("Key (id)=(4711) already exists.".into()),
+            object: ErrorObject::Unspecified,
+        }
+    }
+
+    fn about_slot(sqlstate: &str) -> PgError {
+        PgError::Server(Box::new(server(sqlstate))).about(ErrorObject::ReplicationSlot)
+    }
+
+    #[test]
+    fn errors_are_classed_by_sqlstate_and_object_never_by_wording() {
+        let query = |code: &str| PgError::Server(Box::new(server(code)));
+        let cases = [
+            (about_slot("55006"), ErrorClass::Slot),
+            (query("55006"), ErrorClass::Slot),
+            (about_slot("42704"), ErrorClass::Slot),
+            (query("42704"), ErrorClass::Config),
+            (about_slot("42710"), ErrorClass::Slot),
+            (query("42710"), ErrorClass::Config),
+            (about_slot("55000"), ErrorClass::Slot),
+            (query("55000"), ErrorClass::Config),
+            (about_slot("42501"), ErrorClass::Config),
+            (query("0A000"), ErrorClass::Config),
+            (query("28P01"), ErrorClass::Connection),
+            (query("57P01"), ErrorClass::Connection),
+            (query("53300"), ErrorClass::Connection),
+            (PgError::config("x"), ErrorClass::Config),
+            (PgError::connect("x"), ErrorClass::Connection),
+            (PgError::auth("x"), ErrorClass::Connection),
+        ];
+        for (err, class) in cases {
+            assert_eq!(err.class(), class, "{err}");
         }
     }
 

@@ -62,7 +62,7 @@ mod io_tests;
 
 pub use connection::Connection;
 pub use dsn::{ChannelBindingMode, ConnParams, SslMode};
-pub use error::{PgError, ServerError};
+pub use error::{ErrorClass, ErrorObject, PgError, ServerError};
 pub use replication::{
     ReplicationMessage, ReplicationStream, SlotCreated, SnapshotAction, SystemInfo,
 };

@@ -23,7 +23,7 @@ use postgres_protocol::message::frontend;
 
 use super::backend::{self, Cursor};
 use super::connection::Connection;
-use super::error::PgError;
+use super::error::{ErrorObject, PgError};
 use crate::lsn::{format_lsn, parse_lsn};
 
 /// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01 00:00:00 UTC).
@@ -168,7 +168,9 @@ impl Connection {
         snapshot: SnapshotAction,
     ) -> Result<SlotCreated, PgError> {
         let sql = create_slot_command(name, temporary, snapshot, self.server_version_num());
-        let rows = self.simple_query(&sql)?;
+        let rows = self
+            .simple_query(&sql)
+            .map_err(|e| e.about(ErrorObject::ReplicationSlot))?;
         let row = rows
             .first()
             .ok_or_else(|| PgError::protocol("CREATE_REPLICATION_SLOT returned no row"))?;
@@ -191,7 +193,8 @@ impl Connection {
         self.simple_query(&format!(
             "DROP_REPLICATION_SLOT {}{wait}",
             quote_ident(name)
-        ))?;
+        ))
+        .map_err(|e| e.about(ErrorObject::ReplicationSlot))?;
         Ok(())
     }
 
@@ -211,7 +214,11 @@ impl Connection {
             match frame.tag {
                 backend::COPY_BOTH_RESPONSE => break,
                 backend::ERROR_RESPONSE => {
-                    let err = PgError::from_server(backend::error_fields(body)?, false);
+                    // Refused before the stream began: the slot could not be used
+                    // (missing, active elsewhere, invalidated). A publication is only
+                    // looked at once decoding runs, in the stream.
+                    let err = PgError::from_server(backend::error_fields(body)?, false)
+                        .about(ErrorObject::ReplicationSlot);
                     // The command failed; ReadyForQuery follows.
                     self.read_until_ready()?;
                     return Err(err);

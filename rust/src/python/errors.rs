@@ -5,7 +5,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyType};
 
 use crate::error::{DecodeError, FeedError, Reason, SpillError};
-use crate::pg::PgError;
+use crate::pg::{ErrorClass, PgError};
 
 static DECODE_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static COLUMN_VALUE_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
@@ -125,57 +125,14 @@ pub fn rejected_rows_error(py: Python<'_>, errors: &[DecodeError]) -> PyErr {
     }
 }
 
-/// Which `pgwire_cdc.errors` class a client error becomes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PgErrorClass {
-    Config,
-    Slot,
-    Connection,
-}
-
-/// The documented error mapping: configuration problems, slot problems, and
-/// everything that means "the connection failed or was lost".
-///
-/// Server errors by SQLSTATE: 55006 (object in use: the slot is active) is a slot error;
-/// 42704 (undefined object) and 42710 (duplicate object) are slot errors unless they are
-/// about a publication; 55000 (object not in prerequisite state) is a slot error when it
-/// is about a replication slot (invalidated or lost); class 28 (authorization) is a
-/// connection error; classes 42, 0A and 55 otherwise are configuration errors (missing
-/// privileges or objects, unsupported features, wal_level); the rest (57P01 terminated
-/// by an administrator, 53300 too many connections, ...) are connection errors.
-pub fn pg_error_class(err: &PgError) -> PgErrorClass {
-    match err {
-        PgError::Config(_) => PgErrorClass::Config,
-        PgError::Connect { .. } | PgError::Tls(_) | PgError::Auth { .. } | PgError::Protocol(_) => {
-            PgErrorClass::Connection
-        }
-        PgError::Server(e) => {
-            let about_publication = e.message.contains("publication");
-            match e.sqlstate.as_str() {
-                "55006" => PgErrorClass::Slot,
-                "42704" | "42710" if !about_publication => PgErrorClass::Slot,
-                "55000" if e.message.contains("replication slot") => PgErrorClass::Slot,
-                code if code.starts_with("28") => PgErrorClass::Connection,
-                code if ["42", "0A", "55"]
-                    .iter()
-                    .any(|class| code.starts_with(class)) =>
-                {
-                    PgErrorClass::Config
-                }
-                _ => PgErrorClass::Connection,
-            }
-        }
-    }
-}
-
 /// A client error as its `pgwire_cdc.errors` exception, with `sqlstate` set when the
 /// server reported one. The message is the error's Display: no password, no DETAIL.
 pub fn pg_error(py: Python<'_>, err: &PgError) -> PyErr {
     let build = || -> PyResult<PyErr> {
-        let class = match pg_error_class(err) {
-            PgErrorClass::Config => errors_class(py, &CONFIG_ERROR, "ConfigError")?,
-            PgErrorClass::Slot => errors_class(py, &SLOT_ERROR, "SlotError")?,
-            PgErrorClass::Connection => errors_class(py, &CONNECTION_ERROR, "ConnectionError")?,
+        let class = match err.class() {
+            ErrorClass::Config => errors_class(py, &CONFIG_ERROR, "ConfigError")?,
+            ErrorClass::Slot => errors_class(py, &SLOT_ERROR, "SlotError")?,
+            ErrorClass::Connection => errors_class(py, &CONNECTION_ERROR, "ConnectionError")?,
         };
         let kwargs = PyDict::new(py);
         kwargs.set_item("sqlstate", err.sqlstate())?;
