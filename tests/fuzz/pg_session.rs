@@ -160,6 +160,10 @@ fn sessions(seeds: Arc<Vec<Vec<u8>>>) -> impl Strategy<Value = Session> {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one proptest body: a scripted server session and the checks on what the client did"
+)]
 fn fuzz_client_session() {
     let strategy = (
         (9u32..=30, 0u32..=30, 0u32..=30),

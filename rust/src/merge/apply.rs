@@ -83,6 +83,10 @@ pub(super) struct ChangeColumns<'a> {
 /// The table's rows after applying `changes` (in order) to `base`. `schema` is the
 /// table's schema; every base batch has it, and every change batch has its columns
 /// by name (same types), followed by the metadata columns.
+#[allow(
+    clippy::too_many_lines,
+    reason = "one pass over the base rows and the changes: the index and the row versions borrow the same key rows, so its parts would need them all"
+)]
 pub fn apply_changes(
     schema: &SchemaRef,
     base: &[RecordBatch],

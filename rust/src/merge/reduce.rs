@@ -49,7 +49,9 @@ enum Final {
 
 /// Reduces `changes` (change batches of one table whose columns include `schema`'s, by
 /// name, followed by the metadata columns) to one final change per value of the
-/// `key_columns` (indexes into `schema`).
+/// `key_columns` (indexes into `schema`), in three phases: the rows' keys, the fold of
+/// every change into the final one of its key, and the output batch picked from the
+/// sources.
 pub fn reduce_changes(
     schema: &SchemaRef,
     changes: &[RecordBatch],
@@ -63,60 +65,111 @@ pub fn reduce_changes(
         .iter()
         .map(|c| change_columns(schema, c))
         .collect::<Result<_, _>>()?;
-    let n = parsed.len();
-    // Sources of a value: change batch `ci` row `r` is (ci, r); its `_before` image is
-    // (n + ci, r); the null is (2n, 0).
-    let null: Src = (to_u32(2 * n)?, 0);
+    let keyed = Keyed::new(schema, &parsed, key_columns)?;
+    let folded = fold(schema, &parsed, &keyed)?;
+    let batch = assemble(schema, &parsed, &keyed, key_columns, &folded.finals)?;
+    Ok(Reduced {
+        batch,
+        truncated: folded.truncated,
+        stats: folded.stats,
+    })
+}
 
-    let converter = key_converter(schema, key_columns)?;
-    let mut new_keys: Vec<Rows> = Vec::with_capacity(n);
-    let mut before_keys: Vec<Option<Rows>> = Vec::with_capacity(n);
-    let mut before_columns: Vec<Vec<Option<ArrayRef>>> = Vec::with_capacity(n);
-    for c in &parsed {
-        let data: Vec<ArrayRef> = key_columns
-            .iter()
-            .filter_map(|&k| c.data.get(k).cloned())
-            .collect();
-        new_keys.push(converter.convert_columns(&data)?);
-        let columns: Vec<Option<ArrayRef>> = (0..width)
-            .map(|col| {
-                let name = schema.field(col).name();
-                c.before.and_then(|b| b.column_by_name(name).cloned())
-            })
-            .collect();
-        before_keys.push(match c.before {
-            Some(_) => {
-                let keys: Vec<ArrayRef> = key_columns
-                    .iter()
-                    .map(|&k| {
-                        columns.get(k).cloned().flatten().ok_or_else(|| {
-                            ApplyError::Schema(format!(
-                                "_before has no column {:?}",
-                                schema.field(k).name()
-                            ))
+/// Phase one: the keys of every change, in the row format that compares them.
+struct Keyed {
+    /// How many change batches: sources of a value are change batch `ci` row `r` as
+    /// `(ci, r)`, its `_before` image as `(n + ci, r)`, the null as `(2n, 0)`.
+    n: usize,
+    null: Src,
+    /// Per change batch: the new row's key.
+    new_keys: Vec<Rows>,
+    /// Per change batch: the old row's key (from `_before`), when it has old images.
+    before_keys: Vec<Option<Rows>>,
+    /// Per change batch and column: the `_before` image's column.
+    before_columns: Vec<Vec<Option<ArrayRef>>>,
+}
+
+impl Keyed {
+    fn new(
+        schema: &SchemaRef,
+        parsed: &[ChangeColumns<'_>],
+        key_columns: &[usize],
+    ) -> Result<Self, ApplyError> {
+        let n = parsed.len();
+        let width = schema.fields().len();
+        let converter = key_converter(schema, key_columns)?;
+        let mut new_keys: Vec<Rows> = Vec::with_capacity(n);
+        let mut before_keys: Vec<Option<Rows>> = Vec::with_capacity(n);
+        let mut before_columns: Vec<Vec<Option<ArrayRef>>> = Vec::with_capacity(n);
+        for c in parsed {
+            let data: Vec<ArrayRef> = key_columns
+                .iter()
+                .filter_map(|&k| c.data.get(k).cloned())
+                .collect();
+            new_keys.push(converter.convert_columns(&data)?);
+            let columns: Vec<Option<ArrayRef>> = (0..width)
+                .map(|col| {
+                    let name = schema.field(col).name();
+                    c.before.and_then(|b| b.column_by_name(name).cloned())
+                })
+                .collect();
+            before_keys.push(match c.before {
+                Some(_) => {
+                    let keys: Vec<ArrayRef> = key_columns
+                        .iter()
+                        .map(|&k| {
+                            columns.get(k).cloned().flatten().ok_or_else(|| {
+                                ApplyError::Schema(format!(
+                                    "_before has no column {:?}",
+                                    schema.field(k).name()
+                                ))
+                            })
                         })
-                    })
-                    .collect::<Result<_, _>>()?;
-                Some(converter.convert_columns(&keys)?)
-            }
-            None => None,
-        });
-        before_columns.push(columns);
+                        .collect::<Result<_, _>>()?;
+                    Some(converter.convert_columns(&keys)?)
+                }
+                None => None,
+            });
+            before_columns.push(columns);
+        }
+        Ok(Self {
+            n,
+            null: (to_u32(2 * n)?, 0),
+            new_keys,
+            before_keys,
+            before_columns,
+        })
     }
+}
 
+/// Phase two's result: the final change of each key (in first-seen order; `None` where
+/// a key's change was replaced or a truncate cleared it).
+struct Folded {
+    finals: Vec<Option<Final>>,
+    stats: ApplyStats,
+    truncated: bool,
+}
+
+/// Phase two: every change folded, in commit order, into the final change of its key.
+fn fold(
+    schema: &SchemaRef,
+    parsed: &[ChangeColumns<'_>],
+    keyed: &Keyed,
+) -> Result<Folded, ApplyError> {
     let mut finals: Vec<Option<Final>> = Vec::new();
     let mut index: HashMap<Row<'_>, usize, RandomState> = HashMap::with_hasher(RandomState::new());
     let mut stats = ApplyStats::default();
     let mut truncated = false;
     for (ci, c) in parsed.iter().enumerate() {
-        let (Some(new_k), Some(before_k)) = (new_keys.get(ci), before_keys.get(ci)) else {
+        let (Some(new_k), Some(before_k)) = (keyed.new_keys.get(ci), keyed.before_keys.get(ci))
+        else {
             continue;
         };
         for (i, kind) in c.kinds.iter().enumerate() {
             let here: Src = (to_u32(ci)?, to_u32(i)?);
             let (old_key, old_src) = match (c.before, before_k) {
                 (Some(before), Some(bk)) if before.is_valid(i) => {
-                    (bk.row(i), (to_u32(n + ci)?, to_u32(i)?))
+                    (bk.row(i), (to_u32(keyed.n + ci)?, to_u32(i)?))
                 }
                 _ => (new_k.row(i), here),
             };
@@ -163,58 +216,91 @@ pub fn reduce_changes(
                             Final::Deleted { key: old_src },
                         );
                     }
-                    let mut patches = Vec::new();
-                    let mut unknown = Vec::new();
-                    for col in unchanged_columns(schema, c.unchanged, i)? {
-                        match &prior {
-                            Some(Final::Row {
-                                version,
-                                unknown: before,
-                                ..
-                            }) if !before.contains(&col) => {
-                                patches.push((col, version.source_of(col)));
-                            }
-                            _ => {
-                                patches.push((col, null));
-                                unknown.push(col);
-                            }
-                        }
-                    }
-                    unknown.sort_unstable();
-                    let mut from = None;
-                    if !unknown.is_empty() {
-                        // The table row holding them: where the prior change found it,
-                        // else under the key this update found the row by.
-                        from = match &prior {
-                            Some(Final::Row { from, .. }) => *from,
-                            _ => None,
-                        };
-                        if from.is_none() && moved {
-                            from = Some(old_src);
-                        }
-                    }
-                    let row = Final::Row {
-                        version: RowVersion {
-                            src: here,
-                            patches: (!patches.is_empty()).then(|| patches.into_boxed_slice()),
-                        },
-                        unknown,
-                        from,
-                    };
+                    let unchanged = unchanged_columns(schema, c.unchanged, i)?;
+                    let moved_from = moved.then_some(old_src);
+                    let row = updated(prior.as_ref(), unchanged, here, moved_from, keyed.null);
                     place(&mut index, &mut finals, new_k.row(i), row);
                 }
             }
         }
     }
+    Ok(Folded {
+        finals,
+        stats,
+        truncated,
+    })
+}
 
+/// The final change of an update at `here` after `prior` (the key's final change so
+/// far): its `unchanged` columns take the value an earlier change of the batch gave them,
+/// else stay unknown, to be kept from the table row — found under `moved_from` when the
+/// update moved the row to a new key and no earlier change said where it was.
+fn updated(
+    prior: Option<&Final>,
+    unchanged: Vec<usize>,
+    here: Src,
+    moved_from: Option<Src>,
+    null: Src,
+) -> Final {
+    let mut patches = Vec::new();
+    let mut unknown = Vec::new();
+    for col in unchanged {
+        match prior {
+            Some(Final::Row {
+                version,
+                unknown: before,
+                ..
+            }) if !before.contains(&col) => {
+                patches.push((col, version.source_of(col)));
+            }
+            _ => {
+                patches.push((col, null));
+                unknown.push(col);
+            }
+        }
+    }
+    unknown.sort_unstable();
+    let mut from = None;
+    if !unknown.is_empty() {
+        // The table row holding them: where the prior change found it, else under the
+        // key this update found the row by.
+        from = match prior {
+            Some(Final::Row { from, .. }) => *from,
+            _ => None,
+        };
+        if from.is_none() {
+            from = moved_from;
+        }
+    }
+    Final::Row {
+        version: RowVersion {
+            src: here,
+            patches: (!patches.is_empty()).then(|| patches.into_boxed_slice()),
+        },
+        unknown,
+        from,
+    }
+}
+
+/// Phase three: the output batch (see [`Reduced::batch`]), each column picked from the
+/// change batches, their `_before` images and the null.
+fn assemble(
+    schema: &SchemaRef,
+    parsed: &[ChangeColumns<'_>],
+    keyed: &Keyed,
+    key_columns: &[usize],
+    finals: &[Option<Final>],
+) -> Result<RecordBatch, ApplyError> {
+    let width = schema.fields().len();
+    let null = keyed.null;
     let live: Vec<&Final> = finals.iter().flatten().collect();
     let is_key = |col: usize| key_columns.contains(&col);
     // Every value source of column `col`, indexed as `Src` is.
     let sources = |col: usize| -> Result<Vec<ArrayRef>, ApplyError> {
         let field = schema.field(col);
         let nulls = new_null_array(field.data_type(), 1);
-        let mut out = Vec::with_capacity(2 * n + 1);
-        for c in &parsed {
+        let mut out = Vec::with_capacity(2 * keyed.n + 1);
+        for c in parsed {
             out.push(
                 c.data
                     .get(col)
@@ -222,7 +308,7 @@ pub fn reduce_changes(
                     .ok_or_else(|| ApplyError::Schema("missing column".into()))?,
             );
         }
-        for columns in &before_columns {
+        for columns in &keyed.before_columns {
             out.push(match columns.get(col).cloned().flatten() {
                 Some(a) if is_key(col) => a,
                 _ => nulls.clone(),
@@ -300,13 +386,10 @@ pub fn reduce_changes(
         DataType::Struct(from_fields),
         true,
     )));
-    let out_schema = Arc::new(Schema::new(fields));
-    let batch = RecordBatch::try_new(out_schema, columns)?;
-    Ok(Reduced {
-        batch,
-        truncated,
-        stats,
-    })
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns,
+    )?)
 }
 
 /// Removes the final change stored under `key` and returns it.

@@ -70,6 +70,10 @@ fn parse(b: &Bytes, ctx: ParseContext) -> Result<Message<'_>, DecodeError> {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a table of byte vectors, one per message layout"
+)]
 fn parses_every_message_layout() {
     let relation = Bytes::tag(b'R')
         .i32(16384)
@@ -325,6 +329,10 @@ fn streamed_changes_carry_an_xid_prefix() {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "a table of malformed byte vectors and the error each must give"
+)]
 fn malformed_messages_name_kind_and_offset() {
     let err = |b: Bytes, ctx| parse_message(&b.0, ctx).unwrap_err();
     let cases: Vec<(DecodeError, MessageKind, usize, Reason)> = vec![

@@ -341,6 +341,10 @@ fn prepare_attrs(py: Python<'_>, d: &Bound<'_, PyDict>, p: &PrepareData) -> PyRe
 impl PyEvent {
     /// The Python event of `event`; `typed` holds its row images as typed values
     /// (`typed.rs`), the wire form stays under the `wire_` names.
+    #[allow(
+        clippy::too_many_lines,
+        reason = "one arm per event kind, each a few attributes"
+    )]
     pub fn from_event<'py>(py: Python<'py>, event: &Event, typed: &Images<'py>) -> PyResult<Self> {
         let (new, old) = (typed.new.as_deref(), typed.old.as_deref());
         let d = PyDict::new(py);
