@@ -65,8 +65,9 @@ lint: venv
 	@# The docs and comments speak of the project only; the module graph has no loop.
 	$(VENV)/bin/pytest -q tests/test_docs.py tests/test_module_graph.py
 
+# The fuzz targets (tests/fuzz) reach the client's internals through the `fuzzing` feature.
 rust-test:
-	cargo test --all-targets
+	cargo test --all-targets --features fuzzing
 
 pytest: build wheel jars
 	$(VENV)/bin/pytest -q
@@ -119,7 +120,7 @@ bench-spark: build jars bench-capture
 # that each has a core to itself; the `fuzz` profile is release with overflow checks.
 FUZZ_SECONDS ?= 600
 fuzz:
-	PGWIRE_CDC_FUZZ_SECONDS=$(FUZZ_SECONDS) cargo test --profile fuzz --test fuzz -- --nocapture --test-threads=1
+	PGWIRE_CDC_FUZZ_SECONDS=$(FUZZ_SECONDS) cargo test --profile fuzz --features fuzzing --test fuzz -- --nocapture --test-threads=1
 
 clean:
 	rm -rf $(VENV) target

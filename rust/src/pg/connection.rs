@@ -50,7 +50,8 @@ impl Connection {
         connect::connect(params, replication).map(Connection::new)
     }
 
-    /// Reads the start-up messages after AuthenticationOk.
+    /// Reads the start-up messages after AuthenticationOk (the fuzz targets' way in).
+    #[cfg(feature = "fuzzing")]
     pub(crate) fn after_login(wire: Wire) -> Result<Connection, PgError> {
         connect::after_login(wire).map(Connection::new)
     }

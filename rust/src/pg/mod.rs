@@ -47,6 +47,7 @@ mod connect;
 pub mod connection;
 pub mod dsn;
 pub mod error;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod io;

@@ -502,7 +502,8 @@ fn parse_header(body: &[u8]) -> Result<Header, PgError> {
     }
 }
 
-/// The payload of one CopyData of the stream.
+/// The payload of one CopyData of the stream (the fuzz targets' way in, and tests).
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn parse_copy_data(body: &[u8]) -> Result<ReplicationMessage<'_>, PgError> {
     Ok(parse_header(body)?.message(body))
 }
