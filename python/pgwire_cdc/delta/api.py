@@ -1,0 +1,137 @@
+"""The public ways into the Delta sink: :func:`run` (a stream kept in Delta tables),
+:func:`apply` (one batch) and :func:`merge_changes` (a DataFrame of changes, for Spark's
+``foreachBatch``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import pipeline
+from ..errors import ConfigError
+from ..streaming import StreamOptions
+from ..tables import key_columns
+from .sink import ApplyStats, DeltaSink
+from .table import base_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from ..streaming import Batch
+
+log = logging.getLogger("pgwire_cdc")
+
+
+def apply(
+    batch: Batch,
+    path: str | os.PathLike[str],
+    writer: str = "delta-rs",
+    spark: SparkSession | None = None,
+) -> ApplyStats:
+    """Commits one ``stream()`` batch to the Delta tables under ``path``; the caller acks
+    the batch after this returns."""
+    return DeltaSink(path, writer, spark).apply(batch)
+
+
+def merge_changes(
+    changes: DataFrame | pa.Table,
+    path: str | os.PathLike[str],
+    keys: Sequence[str] | None = None,
+    writer: str = "spark",
+    spark: SparkSession | None = None,
+) -> ApplyStats:
+    """MERGEs a Spark DataFrame (or Arrow table) of changes of one table — the rows the
+    ``format("pgwire_cdc")`` streaming source yields, complete transactions — into the
+    Delta table ``path`` (that table's own path, see :func:`table_path`). Made for
+    ``foreachBatch``: a micro-batch run again after a failure is skipped row by row
+    against the table's recorded position, so it is idempotent.
+
+    ``keys``: the table's replica-identity key columns (an empty list for a table without
+    one, kept as a multiset). A Spark DataFrame does not carry them; a change table from
+    ``stream()`` does, and then they may be left out."""
+    if isinstance(changes, pa.Table):
+        table = changes
+    else:
+        spark = spark or changes.sparkSession
+        table = changes.toArrow()
+    if keys is not None:
+        table = _with_keys(table, list(keys))
+    elif (
+        key_columns(table) is None
+        and (table.schema.metadata or {}).get(b"pg_replica_identity") is None
+    ):
+        raise ConfigError(
+            "merge_changes() needs keys=[...]: the table's replica-identity key columns "
+            "(keys=[] for a REPLICA IDENTITY FULL table without a key)"
+        )
+    if table.num_rows == 0:
+        return ApplyStats(batches=1)
+    target = base_path(path)
+    sink = DeltaSink(os.path.dirname(target), writer, spark)
+    # Complete transactions: the batch's LSN lies past every commit in it.
+    lsn = int(pc.max(table["_commit_lsn"]).as_py()) + 1
+    return sink.apply_table(target, table, lsn)
+
+
+def _with_keys(table: pa.Table, keys: list[str]) -> pa.Table:
+    """``table`` with its key columns marked as the change tables mark them."""
+    missing = [k for k in keys if k not in table.column_names]
+    if missing:
+        raise ConfigError(f"key column(s) {missing} are not among the changes' columns")
+    fields = [
+        f.with_metadata({**(f.metadata or {}), b"pg_replica_identity": b"true"})
+        if f.name in keys
+        else f
+        for f in table.schema
+    ]
+    identity = b"d" if keys else b"f"
+    metadata = {**(table.schema.metadata or {}), b"pg_replica_identity": identity}
+    return table.replace_schema_metadata(None).cast(pa.schema(fields, metadata=metadata))
+
+
+def run(
+    dsn: str,
+    path: str | os.PathLike[str],
+    *,
+    publication: str = "pgwire_cdc",
+    slot: str = "pgwire_cdc_slot",
+    tables: Iterable[str] | None = None,
+    writer: str = "delta-rs",
+    spark: SparkSession | None = None,
+    on_batch: Callable[[DeltaSink, Batch, ApplyStats], None] | None = None,
+    on_step: Callable[[str], None] | None = None,
+    **stream_options: Any,
+) -> ApplyStats:
+    """Keeps one Delta table per published table under ``path`` until the stream ends
+    (give ``until_lsn`` or ``idle_timeout`` for a run that ends by itself). Each batch is
+    committed to Delta before it is acked; ``on_batch`` is called after each one."""
+    sink = DeltaSink(path, writer, spark, on_step=on_step)
+    options = StreamOptions(
+        publication=publication,
+        slot=slot,
+        tables=list(tables) if tables is not None else None,
+        **stream_options,
+    )
+    total = ApplyStats()
+    started = time.monotonic()
+
+    def applied(batch: Batch, stats: ApplyStats) -> None:
+        total.add(stats)
+        if on_batch is not None:
+            on_batch(sink, batch, stats)
+
+    pipeline.run(dsn, options, sink, on_batch=applied)
+    log.info(
+        "delta: %d changes in %d batches (%d commits) in %.1f s",
+        total.changes,
+        total.batches,
+        total.commits,
+        time.monotonic() - started,
+    )
+    return total

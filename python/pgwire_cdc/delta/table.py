@@ -1,0 +1,153 @@
+"""Delta tables as the sink keeps them: where they are, what they hold, where they stand.
+
+:func:`table_path` places one Delta table per source table; :func:`read_table` reads any
+of them (the ``deltalake`` package reads every table, deletion vectors included) in the
+plain types the sink stores (:func:`plain_type`, :func:`delta_shape`); :func:`position`
+reads the stream position a table's log records (see :mod:`pgwire_cdc.delta`, *Exactly
+once*). Also the SQL quoting both writers' MERGE statements use.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import pyarrow as pa
+
+from ..errors import DeltaError
+from ..spark import for_spark
+from ..tables import METADATA_COLUMNS, table_of
+from .positions import APP_ID, NO_PROGRESS, progress_of
+
+
+def table_path(path: str | os.PathLike[str], name: str) -> str:
+    """The Delta table of the source table ``name`` ("schema.table") under ``path`` (a
+    directory, made absolute, or an object-store URI)."""
+    return f"{base_path(path)}/{quote(name, safe='._-')}"
+
+
+def base_path(path: str | os.PathLike[str]) -> str:
+    # Spark takes `delta.`<path>`` for a table only when the path is absolute.
+    base = os.fspath(path)
+    if "://" not in base:
+        base = os.path.abspath(base)
+    return base.rstrip("/") or "/"
+
+
+def data_columns(table: pa.Table) -> list[str]:
+    return [c for c in table.column_names if c not in METADATA_COLUMNS]
+
+
+def open_table(path: str) -> Any:
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(path)
+    except TableNotFoundError:
+        return None
+
+
+def read_table(path: str, where: str | None = None) -> pa.Table:
+    """The rows of the Delta table at ``path`` (``where``: an SQL filter)."""
+    from deltalake import QueryBuilder
+
+    table = open_table(path)
+    if table is None:
+        raise DeltaError(f"no Delta table at {path}")
+    query = "SELECT * FROM t" + (f" WHERE {where}" if where else "")
+    rows = table_of(QueryBuilder().register("t", table).execute(query))
+    # DataFusion reads strings as views; the sink works in the plain types.
+    return rows.cast(plain_schema(rows.schema))
+
+
+def plain_type(t: pa.DataType) -> pa.DataType:
+    """``t`` as the sink stores it: plain (not view or large) strings and binaries, every
+    nested field nullable (a NOT NULL field is an ``invariants`` table feature to Delta
+    Spark, which delta-rs does not write: delta-io/delta-rs#2882)."""
+    if t == pa.string_view() or pa.types.is_large_string(t):
+        return pa.string()
+    if t == pa.binary_view() or pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_dictionary(t):
+        return plain_type(t.value_type)
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, plain_type(f.type)) for f in t])
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
+        return pa.list_(pa.field(t.value_field.name, plain_type(t.value_type)))
+    return t
+
+
+def plain_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema(
+        [pa.field(f.name, plain_type(f.type), True, f.metadata) for f in schema],
+        metadata=schema.metadata,
+    )
+
+
+@dataclass
+class Position:
+    """Where a table stands in the stream (see *Exactly once*)."""
+
+    #: Commit LSN of the last transaction applied in full (None: nothing yet).
+    lsn: int | None
+    #: Incremental-snapshot progress recorded with the table's last commit (a key list,
+    #: or None once complete), or absent.
+    progress: Any = NO_PROGRESS
+
+
+def position(path: str) -> Position | None:
+    """The stream position recorded in the Delta table at ``path``, None without table."""
+    table = open_table(path)
+    if table is None:
+        return None
+    return Position(table.transaction_version(APP_ID), _recorded_progress(table))
+
+
+#: Commits read by the first look for a table's progress; each further look reads four
+#: times as many.
+_HISTORY_PAGE = 32
+
+
+def _recorded_progress(table: Any) -> Any:
+    """The progress recorded by the newest commit that records one, however many commits
+    of other writers (OPTIMIZE, VACUUM, a user's own writes) came after it. The sink's
+    commits record it whenever the sink knows it, so the look usually ends at the sink's
+    last commit."""
+    limit = _HISTORY_PAGE
+    while True:
+        commits = table.history(limit)
+        for commit in commits:  # newest first
+            progress = progress_of(commit.get("userMetadata"))
+            if progress is not NO_PROGRESS:
+                return progress
+        if len(commits) < limit:
+            return NO_PROGRESS
+        limit *= 4
+
+
+def quote_name(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def sql_string(value: str, spark: bool = False) -> str:
+    """A string literal: Spark SQL escapes with backslashes, DataFusion (delta-rs) doubles
+    the quote as standard SQL does."""
+    if spark:
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return "'" + value.replace("'", "''") + "'"
+
+
+def delta_shape(changes: pa.Table) -> pa.Table:
+    """The change table in the types the Delta table holds: time as strings (see
+    :mod:`pgwire_cdc.spark`), dictionaries decoded, nested fields nullable. The metadata
+    columns stay as they are."""
+    changes = for_spark(changes)
+    fields = [
+        f if f.name in METADATA_COLUMNS else pa.field(f.name, plain_type(f.type), True, f.metadata)
+        for f in changes.schema
+    ]
+    schema = pa.schema(fields, metadata=changes.schema.metadata)
+    return changes if schema.equals(changes.schema) else changes.cast(schema)

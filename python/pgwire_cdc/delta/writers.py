@@ -1,0 +1,276 @@
+"""The two ways of writing Delta commits, behind one :class:`Writer` protocol.
+
+* :class:`DeltaRsWriter` (``"delta-rs"``): the ``deltalake`` package, no JVM; its MERGE
+  rewrites every data file holding a changed row (copy-on-write).
+* :class:`SparkWriter` (``"spark"``): ``MERGE INTO`` run by Spark with Delta Lake's own
+  jars; tables it creates have deletion vectors on.
+
+Both speak the same MERGE (:func:`merge_clauses`) and record the same position with each
+commit (:class:`~pgwire_cdc.delta.positions.Commit`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import ConfigError
+from ..spark import spark_schema
+from .positions import Commit
+from .table import open_table, quote_name, sql_string
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+WRITERS = ("delta-rs", "spark")
+
+
+def merge_clauses(
+    columns: list[str], keys: list[str], unchanged: set[str], spark: bool = False
+) -> dict[str, Any]:
+    """The SQL of one MERGE (both writers speak it; ``spark``: Spark SQL's string
+    escapes): the ON condition, the UPDATE assignments and the INSERT values, by target
+    column. Only the ``unchanged`` columns (named in some row's ``_unchanged``) need the
+    CASE that keeps the table's value; the others are plain assignments, which spares the
+    MERGE reading them from the target."""
+
+    def assign(c: str) -> str:
+        if c not in unchanged:
+            return f"s.{quote_name(c)}"
+        return (
+            f"CASE WHEN array_contains(s._unchanged, {sql_string(c, spark)}) "
+            f"THEN t.{quote_name(c)} ELSE s.{quote_name(c)} END"
+        )
+
+    on = " AND ".join(f"t.{quote_name(k)} = s.{quote_name(k)}" for k in keys)
+    update = {quote_name(c): assign(c) for c in columns}
+    insert = {quote_name(c): f"s.{quote_name(c)}" for c in columns}
+    return {"on": on, "update": update, "insert": insert}
+
+
+def unchanged_names(source: pa.Table) -> set[str]:
+    """The columns some row of a MERGE source leaves unchanged."""
+    names = pc.unique(pc.list_flatten(source["_unchanged"])).to_pylist()
+    return {n for n in names if n is not None}
+
+
+class Writer(Protocol):
+    """One way of writing Delta commits. Every method commits at most once."""
+
+    #: The name :class:`DeltaSink <pgwire_cdc.delta.DeltaSink>` knows it by (``WRITERS``).
+    name: str
+
+    def create(self, path: str, schema: pa.Schema) -> None:
+        """Creates an empty table of ``schema`` at ``path``."""
+        ...
+
+    def add_columns(self, path: str, fields: list[pa.Field]) -> None:
+        """Adds ``fields`` to the table at ``path``, null in the rows it holds."""
+        ...
+
+    def merge(
+        self, path: str, source: pa.Table, keys: list[str], truncate: bool, commit: Commit
+    ) -> None:
+        """One MERGE of ``source`` (one final change per key) into the table at ``path``,
+        matched on ``keys``; ``truncate``: rows the source does not name are deleted."""
+        ...
+
+    def write(self, path: str, table: pa.Table, mode: str, commit: Commit | None) -> None:
+        """Appends or overwrites (``mode``) the table at ``path`` with ``table``."""
+        ...
+
+
+class DeltaRsWriter:
+    """Commits through the ``deltalake`` package (delta-rs)."""
+
+    name = "delta-rs"
+
+    def __init__(self) -> None:
+        try:
+            import deltalake  # noqa: F401
+        except ImportError as e:
+            raise ConfigError(
+                "the delta-rs writer needs the deltalake package: pip install 'deltalake>=1.6'"
+            ) from e
+
+    @staticmethod
+    def _properties(commit: Commit | None) -> Any:
+        from deltalake.transaction import CommitProperties, Transaction
+
+        if commit is None:
+            return None
+        meta = commit.metadata()
+        return CommitProperties(
+            app_transactions=[Transaction(commit.app_id, commit.version)],
+            custom_metadata={"userMetadata": meta} if meta else None,
+        )
+
+    def create(self, path: str, schema: pa.Schema) -> None:
+        from deltalake import write_deltalake
+
+        write_deltalake(path, schema.empty_table(), mode="append")
+
+    def add_columns(self, path: str, fields: list[pa.Field]) -> None:
+        from deltalake import DeltaTable, Schema
+
+        delta_fields = Schema.from_arrow(pa.schema(fields)).fields
+        DeltaTable(path).alter.add_columns(delta_fields)
+
+    def merge(
+        self, path: str, source: pa.Table, keys: list[str], truncate: bool, commit: Commit
+    ) -> None:
+        from deltalake import DeltaTable
+
+        clauses = merge_clauses(source_columns(source), keys, unchanged_names(source))
+        merger = DeltaTable(path).merge(
+            source,
+            predicate=clauses["on"],
+            source_alias="s",
+            target_alias="t",
+            commit_properties=self._properties(commit),
+            # Source statistics prune the files the MERGE reads (keys that cluster touch
+            # few files).
+            streamed_exec=False,
+        )
+        merger = (
+            merger.when_matched_delete(predicate="s._delete")
+            .when_matched_update(updates=clauses["update"], predicate="NOT s._delete")
+            .when_not_matched_insert(updates=clauses["insert"], predicate="NOT s._delete")
+        )
+        if truncate:
+            merger = merger.when_not_matched_by_source_delete()
+        merger.execute()
+
+    def write(self, path: str, table: pa.Table, mode: str, commit: Commit | None) -> None:
+        from deltalake import write_deltalake
+
+        properties = self._properties(commit)
+        if mode == "overwrite":
+            write_deltalake(
+                path, table, mode="overwrite", schema_mode="overwrite", commit_properties=properties
+            )
+        else:
+            write_deltalake(path, table, mode="append", commit_properties=properties)
+
+
+class SparkWriter:
+    """Commits through Spark's ``MERGE INTO`` and DataFrame writer (delta-spark)."""
+
+    name = "spark"
+
+    def __init__(self, spark: SparkSession | None) -> None:
+        if spark is None:
+            raise ConfigError(
+                "writer='spark' needs a SparkSession with Delta Lake: pass "
+                "spark=pgwire_cdc.spark.session(delta=True), or your own session with the "
+                "delta-spark jars and DeltaSparkSessionExtension"
+            )
+        self.spark = spark
+        self._view = 0
+
+    def _frame(self, table: pa.Table) -> DataFrame:
+        return self.spark.createDataFrame(table, schema=spark_schema(table.schema))
+
+    def create(self, path: str, schema: pa.Schema) -> None:
+        writer = (
+            self._frame(schema.empty_table())
+            .write.format("delta")
+            .mode("append")
+            .option("delta.enableDeletionVectors", "true")
+        )
+        if any(set(name) & set(" ,;{}()\n\t=") for name in schema.names):
+            # Delta Spark takes such column names only with column mapping.
+            writer = writer.option("delta.columnMapping.mode", "name")
+        writer.save(path)
+
+    def add_columns(self, path: str, fields: list[pa.Field]) -> None:
+        columns = ", ".join(
+            f"{quote_name(f.name)} {spark_schema(pa.schema([f]))[0].dataType.simpleString()}"
+            for f in fields
+        )
+        self.spark.sql(f"ALTER TABLE delta.{quote_name(path)} ADD COLUMNS ({columns})")
+
+    def _confs(self, commit: Commit | None) -> dict[str, str | None]:
+        if commit is None:
+            return {}
+        return {
+            "spark.databricks.delta.write.txnAppId": commit.app_id,
+            "spark.databricks.delta.write.txnVersion": str(commit.version),
+            "spark.databricks.delta.commitInfo.userMetadata": commit.metadata(),
+        }
+
+    def _with_confs(self, confs: dict[str, str | None], run: Callable[[], object]) -> None:
+        conf = self.spark.conf
+        try:
+            for key, value in confs.items():
+                if value is None:
+                    conf.unset(key)
+                else:
+                    conf.set(key, value)
+            run()
+        finally:
+            for key in confs:
+                conf.unset(key)
+
+    def merge(
+        self, path: str, source: pa.Table, keys: list[str], truncate: bool, commit: Commit
+    ) -> None:
+        columns = source_columns(source)
+        clauses = merge_clauses(columns, keys, unchanged_names(source), spark=True)
+        self._view += 1
+        view = f"pgwire_cdc_merge_source_{self._view}"
+        self._frame(source).createOrReplaceTempView(view)
+        update = ", ".join(f"t.{c} = {e}" for c, e in clauses["update"].items())
+        names = ", ".join(clauses["insert"])
+        values = ", ".join(clauses["insert"].values())
+        sql = (
+            f"MERGE INTO delta.{quote_name(path)} t USING {view} s ON {clauses['on']} "
+            "WHEN MATCHED AND s._delete THEN DELETE "
+            f"WHEN MATCHED THEN UPDATE SET {update} "
+            f"WHEN NOT MATCHED AND NOT s._delete THEN INSERT ({names}) VALUES ({values})"
+        )
+        if truncate:
+            sql += " WHEN NOT MATCHED BY SOURCE THEN DELETE"
+        try:
+            self._with_confs(self._confs(commit), lambda: self.spark.sql(sql).collect())
+        finally:
+            self.spark.catalog.dropTempView(view)
+
+    def write(self, path: str, table: pa.Table, mode: str, commit: Commit | None) -> None:
+        if open_table(path) is None:
+            self.create(path, table.schema)
+        self.save(self._frame(table), path, mode, commit)
+
+    def save(self, frame: DataFrame, path: str, mode: str, commit: Commit | None) -> None:
+        """Writes a DataFrame to the (existing) table at ``path`` in one commit."""
+        writer = frame.write.format("delta").mode(mode)
+        if mode == "overwrite":
+            writer = writer.option("overwriteSchema", "true")
+        if commit is not None:
+            writer = writer.option("txnAppId", commit.app_id).option(
+                "txnVersion", str(commit.version)
+            )
+            meta = commit.metadata()
+            if meta:
+                writer = writer.option("userMetadata", meta)
+        writer.save(path)
+
+
+def source_columns(source: pa.Table) -> list[str]:
+    """The table columns of a MERGE source (everything before ``_delete``)."""
+    names = source.column_names
+    return list(names[: names.index("_delete")] if "_delete" in names else names)
+
+
+def writer_for(writer: str | Writer, spark: SparkSession | None = None) -> Writer:
+    """The writer named ``writer`` (one of :data:`WRITERS`), or ``writer`` itself."""
+    if not isinstance(writer, str):
+        return writer
+    if writer == "delta-rs":
+        return DeltaRsWriter()
+    if writer == "spark":
+        return SparkWriter(spark)
+    raise ConfigError(f"unknown Delta writer {writer!r}: use one of {', '.join(WRITERS)}")
