@@ -268,10 +268,10 @@ class Mirror:
         """The current version of ``name`` as a Spark DataFrame, read from Parquet by Spark;
         a table with ``time`` columns (which Spark reads only with its TIME type turned on)
         through Arrow, typed as ``to_spark`` types it."""
-        from pgwire_cdc.spark import _has_time, to_spark
+        from pgwire_cdc.spark.types import has_time, to_spark
 
         table = self.table(name)
-        if any(_has_time(f.type) for f in table.schema):
+        if any(has_time(f.type) for f in table.schema):
             return to_spark(spark, {name: table})[name]
         return spark.read.parquet(str(self.table_path(name)))
 

@@ -193,8 +193,8 @@ def _python_graph(*, inside_functions: bool = True) -> dict[tuple[str, ...], set
 def test_python_imports_form_no_loop() -> None:
     imports = _python_imports()
     assert "streaming" in imports["__init__"][0]
-    assert "delta.sink" in imports
-    assert _cycles(_python_graph(inside_functions=False)) == []
+    assert "delta.sink" in imports and "spark.types" in imports["streaming"][1]
+    assert _cycles(_python_graph()) == []
 
 
 def test_python_imports_inside_functions_count(tmp_path: Path) -> None:

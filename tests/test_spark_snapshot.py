@@ -1,5 +1,5 @@
 """The initial snapshot as a Spark job (``spark.read.format("pgwire_cdc")``,
-``pgwire_cdc.spark_snapshot``) on a real local Spark and real PostgreSQL 15 and 18: CTID
+``pgwire_cdc.spark.snapshot``) on a real local Spark and real PostgreSQL 15 and 18: CTID
 ranges read by Spark tasks under one exported snapshot are the table at one point in time,
 under concurrent writes that move rows to other blocks; ``delta.run(writer="spark")``
 takes a new slot's snapshot this way and streams on from the slot's consistent point."""
@@ -83,7 +83,7 @@ def test_a_parallel_read_is_one_point_in_time(db: Database, spark: Any) -> None:
     assert (rows, ids, total) == (ACCOUNTS, ACCOUNTS, TOTAL)
     # The keeper lets the snapshot go once every partition is read (keep_seconds later).
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert out.count("pgwire_cdc.spark_snapshot") <= 1
+    assert out.count("pgwire_cdc.spark.keeper") <= 1
 
 
 def test_columns_and_row_filter_of_a_publication(db: Database, spark: Any) -> None:
@@ -155,7 +155,8 @@ def test_the_keeper_lets_go_once_every_range_is_read(db: Database) -> None:
     """Tasks tell the keeper which range they have read by its number: queries longer
     than a NOTIFY payload may be (8000 bytes) are no trouble, and the keeper ends as soon
     as every range is in (keep_seconds 0)."""
-    from pgwire_cdc import spark_snapshot
+    from pgwire_cdc.spark import keeper as snapshot_keeper
+    from pgwire_cdc.spark import snapshot as spark_snapshot
 
     names = [f"c{i:03d}_" + "x" * 58 for i in range(130)]
     db.conn.execute(
@@ -169,7 +170,7 @@ def test_the_keeper_lets_go_once_every_range_is_read(db: Database) -> None:
         info = spark_snapshot.describe(conn, "public.wide", None)
         queries = spark_snapshot.partition_queries(conn, info, 3)
     assert len(queries) == 3 and min(len(q) for q in queries) > 8000
-    snapshot, _, keeper = spark_snapshot.export_snapshot(db.dsn, queries, ttl=120, keep=0)
+    snapshot, _, keeper = snapshot_keeper.export_snapshot(db.dsn, queries, ttl=120, keep=0)
     try:
         rows = 0
         for i, query in enumerate(queries):

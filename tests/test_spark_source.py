@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from conftest import Database
 from pgwire_cdc import delta
-from pgwire_cdc.spark_source import register
+from pgwire_cdc.spark import register
 from stream_workload import SCHEMA, Mirror, Workload, norm, source_rows
 from test_stream import current_lsn
 
@@ -169,3 +169,21 @@ def test_foreach_batch_merges_into_delta(
     got = sorted((tuple(norm(v) for v in r.values()) for r in table.to_pylist()), key=repr)
     want = source_rows(db.conn, TABLE)
     assert got == want
+
+
+def test_one_options_class_reads_both_sources() -> None:
+    from pgwire_cdc.errors import ConfigError
+    from pgwire_cdc.spark.source import SourceOptions
+
+    streaming = SourceOptions.parse(
+        {"dsn": "d", "table": "t", "publication": "p", "slot": "s", "snapshot": "false"}
+    )
+    assert streaming.streaming and not streaming.initial_snapshot
+    assert streaming.snapshot_name is None and streaming.snapshot_dir.name == "s"
+    batch = SourceOptions.parse({"dsn": "d", "table": "t", "snapshot": "000003-1"})
+    assert not batch.streaming and batch.snapshot_name == "000003-1"
+    assert batch.partitions == 4 and batch.publication is None
+    with pytest.raises(ConfigError, match=r'needs \.option\("publication"'):
+        SourceOptions.parse({"dsn": "d", "table": "t", "slot": "s"})
+    with pytest.raises(ConfigError, match="at least 1"):
+        SourceOptions.parse({"dsn": "d", "table": "t", "partitions": "0"})

@@ -119,9 +119,9 @@ class Batch:
     def to_spark(self, spark: SparkSession) -> dict[str, DataFrame]:
         """One Spark DataFrame per change table, built from Arrow (no pandas, no per-row
         Python)."""
-        from . import spark as spark_support
+        from .spark.types import to_spark
 
-        return spark_support.to_spark(spark, self.tables)
+        return to_spark(spark, self.tables)
 
 
 def _proto_version(server_version: int) -> int:
@@ -1006,7 +1006,7 @@ def stream(
     ``snapshot_workers`` connections copy the snapshot at once (tables of at least
     ``snapshot_split_blocks`` 8 KiB blocks are split into that many CTID ranges).
     ``snapshot_reader(snapshot_name, consistent_point, tables)`` copies the initial
-    snapshot elsewhere instead (Spark tasks, :mod:`pgwire_cdc.spark_snapshot`): it is
+    snapshot elsewhere instead (Spark tasks, :mod:`pgwire_cdc.spark.snapshot`): it is
     called while the new slot's exported snapshot is held, must have made the rows of
     every table durable when it returns, and the snapshot then comes as one batch without
     rows (``snapshot_start``, every table complete) whose ack creates the slot;

@@ -152,8 +152,8 @@ class DeltaSink:
         consistent_point: int,
         names: list[str],
     ) -> None:
-        from .. import spark_snapshot
         from ..connection import connect as _connect
+        from ..spark import snapshot as spark_snapshot
 
         spark = writer.spark
         partitions = max(1, int(spark.sparkContext.defaultParallelism))

@@ -17,7 +17,7 @@ from urllib.parse import quote
 import pyarrow as pa
 
 from ..errors import DeltaError
-from ..spark import for_spark
+from ..spark.types import for_spark
 from ..tables import METADATA_COLUMNS, table_of
 from .positions import APP_ID, NO_PROGRESS, progress_of
 
@@ -142,7 +142,7 @@ def sql_string(value: str, spark: bool = False) -> str:
 
 def delta_shape(changes: pa.Table) -> pa.Table:
     """The change table in the types the Delta table holds: time as strings (see
-    :mod:`pgwire_cdc.spark`), dictionaries decoded, nested fields nullable. The metadata
+    :mod:`pgwire_cdc.spark.types`), dictionaries decoded, nested fields nullable. The metadata
     columns stay as they are."""
     changes = for_spark(changes)
     fields = [

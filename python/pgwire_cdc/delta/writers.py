@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ConfigError
-from ..spark import spark_schema
+from ..spark.types import spark_schema
 from .positions import Commit
 from .table import open_table, quote_name, sql_string
 

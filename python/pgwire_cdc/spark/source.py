@@ -2,8 +2,8 @@
 
 PySpark's Python Data Source API (PySpark 4). Register it once per session::
 
-    from pgwire_cdc.spark_source import register
-    register(spark)
+    from pgwire_cdc.spark import register
+    register(spark)   # pgwire_cdc.spark.session() does it already
     (spark.readStream.format("pgwire_cdc")
         .option("dsn", dsn).option("publication", "pub").option("slot", "spark_slot")
         .option("table", "public.orders")
@@ -13,7 +13,9 @@ PySpark's Python Data Source API (PySpark 4). Register it once per session::
         .trigger(availableNow=True).start())
 
 Rows are the change table of ``table`` (docs/change-tables.md, Spark types as in
-:mod:`pgwire_cdc.spark`).
+:mod:`pgwire_cdc.spark.types`).
+
+:class:`SourceOptions` reads the options of both the streaming and the batch source.
 
 Offsets and exact replay
 ------------------------
@@ -29,7 +31,7 @@ The initial snapshot
 --------------------
 With ``snapshot`` (default ``true``) and no slot yet, the first ``latestOffset`` creates
 the slot with an exported snapshot, held by a keeper process
-(:mod:`pgwire_cdc.spark_snapshot`), and records it in ``snapshot_dir`` (default:
+(:mod:`pgwire_cdc.spark.keeper`), and records it in ``snapshot_dir`` (default:
 ``<temp dir>/pgwire_cdc_snapshots/<slot>``). The first micro-batch, ``{"lsn": -1}`` to the
 slot's consistent point, is the table's rows under that snapshot, read by Spark tasks in
 ``partitions`` CTID ranges (default 4) as ``read`` rows: no row passes through the driver.
@@ -45,24 +47,25 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import admin, spark_snapshot
-from .catalog import change_table_schema
-from .connection import connect
-from .errors import ConfigError, SlotError
-from .lsn import int_to_lsn, lsn_to_int
-from .spark import spark_schema
-from .tables import METADATA_COLUMNS
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from .. import admin
+from ..catalog import change_table_schema
+from ..connection import connect
+from ..errors import ConfigError, SlotError
+from ..lsn import int_to_lsn, lsn_to_int
+from ..streaming import stream
+from ..tables import METADATA_COLUMNS
+from . import snapshot as spark_snapshot
+from .keeper import export_snapshot
+from .types import spark_schema
 
 try:
     from pyspark.sql.datasource import (
@@ -73,7 +76,7 @@ try:
     )
 except ImportError as e:  # pragma: no cover - pyspark is an optional dependency
     raise ImportError(
-        "pgwire_cdc.spark_source needs PySpark 4.1 or later: pip install 'pgwire-cdc[spark]'"
+        "pgwire_cdc.spark.source needs PySpark 4.1 or later: pip install 'pgwire-cdc[spark]'"
     ) from e
 
 try:
@@ -89,26 +92,77 @@ BEFORE_SNAPSHOT = -1
 DONE_MARKER = "_DONE.json"
 
 
-class _Options:
-    def __init__(self, options: dict[str, str]) -> None:
+def _flag(value: str) -> bool:
+    return value.lower() == "true"
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The options of ``format("pgwire_cdc")``, for ``spark.readStream`` (with ``slot``)
+    and ``spark.read`` (without)."""
+
+    dsn: str
+    table: str
+    #: The publication: needed to stream; for a batch read, it limits the columns and rows
+    #: to what it publishes.
+    publication: str | None = None
+    #: The replication slot: streaming. Without it, a batch read.
+    slot: str | None = None
+    #: Binary tuples (streaming).
+    binary: bool = True
+    #: Option ``snapshot`` when streaming: ``true`` (default) reads the table's rows first.
+    initial_snapshot: bool = True
+    #: Option ``snapshot`` of a batch read: an exported snapshot the caller keeps alive.
+    snapshot_name: str | None = None
+    max_batch_rows: int = 100_000
+    #: CTID block ranges the table's rows are read in, one Spark task each.
+    partitions: int = 4
+    #: Seconds the snapshot keeper holds a snapshot at most.
+    snapshot_ttl: float = 86_400.0
+    #: Seconds the keeper holds a batch read's snapshot once every range is read.
+    keep_seconds: float = 60.0
+    #: Where the streaming source records its initial snapshot.
+    snapshot_dir: Path = Path()
+
+    @property
+    def streaming(self) -> bool:
+        return self.slot is not None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        """The options Spark passes (names as given to ``.option()``)."""
+        streaming = bool(options.get("slot"))
+        what = "spark.readStream" if streaming else "spark.read"
+
         def need(name: str) -> str:
             value = options.get(name)
             if not value:
-                raise ConfigError(f'the pgwire_cdc source needs .option("{name}", ...)')
+                raise ConfigError(f'{what}.format("pgwire_cdc") needs .option("{name}", ...)')
             return value
 
-        self.dsn = need("dsn")
-        self.publication = need("publication")
-        self.slot = need("slot")
-        self.table = need("table")
-        self.binary = options.get("binary", "true").lower() == "true"
-        self.snapshot = options.get("snapshot", "true").lower() == "true"
-        self.max_batch_rows = int(options.get("max_batch_rows", "100000"))
-        self.partitions = int(options.get("partitions", "4"))
-        self.snapshot_ttl = float(options.get("snapshot_ttl", "86400"))
-        self.snapshot_dir = Path(
-            options.get("snapshot_dir")
-            or os.path.join(tempfile.gettempdir(), "pgwire_cdc_snapshots", self.slot)
+        dsn, table = need("dsn"), need("table")
+        publication = need("publication") if streaming else options.get("publication")
+        slot = options.get("slot") or None
+        partitions = int(options.get("partitions", "4"))
+        if partitions < 1:
+            raise ConfigError("the partitions option must be at least 1")
+        snapshot = options.get("snapshot")
+        return cls(
+            dsn=dsn,
+            table=table,
+            publication=publication,
+            slot=slot,
+            binary=_flag(options.get("binary", "true")),
+            initial_snapshot=_flag(snapshot or "true") if streaming else True,
+            snapshot_name=None if streaming else snapshot or None,
+            max_batch_rows=int(options.get("max_batch_rows", "100000")),
+            partitions=partitions,
+            snapshot_ttl=float(options.get("snapshot_ttl", "86400")),
+            keep_seconds=float(options.get("keep_seconds", "60")),
+            snapshot_dir=Path(
+                options.get("snapshot_dir")
+                or os.path.join(tempfile.gettempdir(), "pgwire_cdc_snapshots", slot or "")
+            ),
         )
 
 
@@ -122,25 +176,27 @@ class PgwireCdcDataSource(DataSource):
     Batch (``spark.read``, no ``slot`` option): ``dsn``, ``table``; optional
     ``partitions`` (default 4), ``publication``, ``snapshot``, ``snapshot_ttl``,
     ``keep_seconds``. Rows are the table's rows at one point in time
-    (:mod:`pgwire_cdc.spark_snapshot`)."""
+    (:mod:`pgwire_cdc.spark.keeper`)."""
 
     @classmethod
     def name(cls) -> str:
         return "pgwire_cdc"
 
     def schema(self) -> Any:
-        options = dict(self.options)
-        if "slot" not in options:
-            return spark_snapshot.schema_for(options)
-        o = _Options(options)
+        o = SourceOptions.parse(self.options)
         with connect(o.dsn) as conn:
+            if not o.streaming:
+                return spark_snapshot.read_schema(
+                    spark_snapshot.describe(conn, o.table, o.publication)
+                )
+            assert o.publication is not None
             return spark_schema(change_table_schema(conn, o.publication, o.table))
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return PgwireCdcBatchReader(dict(self.options))
+        return PgwireCdcBatchReader(SourceOptions.parse(self.options))
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return PgwireCdcStreamReader(_Options(dict(self.options)), schema)
+        return PgwireCdcStreamReader(SourceOptions.parse(self.options), schema)
 
 
 class _Blocks(InputPartition):
@@ -154,33 +210,26 @@ class _Blocks(InputPartition):
 
 
 class PgwireCdcBatchReader(DataSourceReader):
-    """``spark.read.format("pgwire_cdc")``: see :mod:`pgwire_cdc.spark_snapshot`."""
+    """``spark.read.format("pgwire_cdc")``: see :mod:`pgwire_cdc.spark.snapshot`."""
 
-    def __init__(self, options: dict[str, str]) -> None:
-        self.dsn = spark_snapshot.need(options, "dsn")
-        table = spark_snapshot.need(options, "table")
-        partitions = int(options.get("partitions", "4"))
-        if partitions < 1:
-            raise ConfigError("the partitions option must be at least 1")
-        self.ttl = float(options.get("snapshot_ttl", "86400"))
-        self.keep = float(options.get("keep_seconds", "60"))
-        self.snapshot = options.get("snapshot")
-        with connect(self.dsn) as conn:
-            self.info = spark_snapshot.describe(conn, table, options.get("publication"))
-            self.queries = spark_snapshot.partition_queries(conn, self.info, partitions)
+    def __init__(self, options: SourceOptions) -> None:
+        self.o = options
+        with connect(options.dsn) as conn:
+            self.info = spark_snapshot.describe(conn, options.table, options.publication)
+            self.queries = spark_snapshot.partition_queries(conn, self.info, options.partitions)
 
     def partitions(self) -> Sequence[InputPartition]:
-        snapshot = self.snapshot
+        snapshot = self.o.snapshot_name
         if not snapshot:
-            snapshot, _, _ = spark_snapshot.export_snapshot(
-                self.dsn, self.queries, self.ttl, self.keep
+            snapshot, _, _ = export_snapshot(
+                self.o.dsn, self.queries, self.o.snapshot_ttl, self.o.keep_seconds
             )
         return [_Blocks(snapshot, q, i) for i, q in enumerate(self.queries)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Blocks)
         yield from spark_snapshot.read_rows(
-            self.dsn, partition.snapshot, self.info, partition.query, partition.index
+            self.o.dsn, partition.snapshot, self.info, partition.query, partition.index
         )
 
 
@@ -209,10 +258,12 @@ class _Range(InputPartition):
 
 
 class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
-    def __init__(self, options: _Options, schema: Any) -> None:
+    def __init__(self, options: SourceOptions, schema: Any) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        assert options.slot is not None and options.publication is not None
         self.o = options
+        self.slot, self.publication = options.slot, options.publication
         self.available_now: int | None = None
         # The last offset latestOffset() returned (PySpark 4.1 does not pass the start).
         self._latest: int | None = None
@@ -231,30 +282,28 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def initialOffset(self) -> dict[str, int]:
         with self._connect() as conn:
-            slot = admin.get_slot(conn, self.o.slot)
+            slot = admin.get_slot(conn, self.slot)
         if slot is not None:
             admin.check_slot_usable(slot)
             staged = self._staged_point()
             if staged is not None:
                 return {"lsn": BEFORE_SNAPSHOT}
             return {"lsn": slot.confirmed_flush_lsn or 0}
-        return {"lsn": BEFORE_SNAPSHOT if self.o.snapshot else self._create_slot()}
+        return {"lsn": BEFORE_SNAPSHOT if self.o.initial_snapshot else self._create_slot()}
 
     def _start_without_offset(self) -> int:
         with self._connect() as conn:
-            slot = admin.get_slot(conn, self.o.slot)
+            slot = admin.get_slot(conn, self.slot)
         if slot is None:
-            return BEFORE_SNAPSHOT if self.o.snapshot else self._create_slot()
+            return BEFORE_SNAPSHOT if self.o.initial_snapshot else self._create_slot()
         # The slot exists once the snapshot is staged, and the snapshot batch was planned
         # then (the offset log holds it, for Spark to replay).
         return max(slot.confirmed_flush_lsn or 0, self._latest or 0)
 
     def _create_slot(self) -> int:
         with self._connect() as conn:
-            conn.execute(
-                "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.o.slot,)
-            )
-            slot = admin.get_slot(conn, self.o.slot)
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
+            slot = admin.get_slot(conn, self.slot)
         assert slot is not None and slot.confirmed_flush_lsn is not None
         return slot.confirmed_flush_lsn
 
@@ -295,7 +344,7 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     "Start over: drop the slot and the checkpoint"
                 )
             with self._connect() as conn:
-                info = spark_snapshot.describe(conn, self.o.table, self.o.publication)
+                info = spark_snapshot.describe(conn, self.o.table, self.publication)
             # Ordinals of different ranges never meet: 2^40 rows per range.
             return [
                 _Range(begin, stop, q, marker["snapshot"], info, i << 40, i)
@@ -308,9 +357,9 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if lsn <= 0:
             return
         with self._connect() as conn:
-            slot = admin.get_slot(conn, self.o.slot)
+            slot = admin.get_slot(conn, self.slot)
             if slot is None:
-                raise SlotError(f"replication slot {self.o.slot!r} is gone")
+                raise SlotError(f"replication slot {self.slot!r} is gone")
             if (slot.confirmed_flush_lsn or 0) >= lsn:
                 return
             # The walsender of the batch's reader may still be letting go of the slot.
@@ -319,13 +368,13 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 try:
                     conn.execute(
                         "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
-                        (self.o.slot, int_to_lsn(lsn)),
+                        (self.slot, int_to_lsn(lsn)),
                     )
                     return
                 except psycopg.errors.ObjectInUse:
                     if time.monotonic() > deadline:
                         raise SlotError(
-                            f"replication slot {self.o.slot!r} is in use by another "
+                            f"replication slot {self.slot!r} is in use by another "
                             "session; stop the other consumer of this slot"
                         ) from None
                     time.sleep(0.1)
@@ -343,7 +392,7 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if not marker.exists():
             return None
         doc: dict[str, Any] = json.loads(marker.read_text())
-        if doc.get("slot") != self.o.slot or doc.get("table") != self.o.table:
+        if doc.get("slot") != self.slot or doc.get("table") != self.o.table:
             return None
         return doc
 
@@ -356,23 +405,23 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         records it (see the module documentation)."""
         path = self._snapshot_path()
         with self._connect() as conn:
-            if admin.get_slot(conn, self.o.slot) is not None:
+            if admin.get_slot(conn, self.slot) is not None:
                 raise SlotError(
-                    f"slot {self.o.slot!r} exists but no initial snapshot is recorded in "
+                    f"slot {self.slot!r} exists but no initial snapshot is recorded in "
                     f"{path}: drop the slot to take a new snapshot, or set "
                     ".option('snapshot', 'false')"
                 )
-            info = spark_snapshot.describe(conn, self.o.table, self.o.publication)
+            info = spark_snapshot.describe(conn, self.o.table, self.publication)
             queries = spark_snapshot.partition_queries(conn, info, self.o.partitions)
-        snapshot, point, _ = spark_snapshot.export_snapshot(
-            self.o.dsn, queries, self.o.snapshot_ttl, 60.0, slot=self.o.slot
+        snapshot, point, _ = export_snapshot(
+            self.o.dsn, queries, self.o.snapshot_ttl, 60.0, slot=self.slot
         )
         assert point is not None
         path.mkdir(parents=True, exist_ok=True)
         (path / DONE_MARKER).write_text(
             json.dumps(
                 {
-                    "slot": self.o.slot,
+                    "slot": self.slot,
                     "table": self.o.table,
                     "consistent_point": point,
                     "snapshot": snapshot,
@@ -403,15 +452,13 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         yield from self._changes(partition.start, partition.end)
 
     def _changes(self, start: int, end: int) -> Iterator[pa.RecordBatch]:
-        from .streaming import stream
-
         if end <= start:
             return
         expected: list[str] | None = None
         for batch in stream(
             self.o.dsn,
-            publication=self.o.publication,
-            slot=self.o.slot,
+            publication=self.publication,
+            slot=self.slot,
             snapshot=False,
             binary=self.o.binary,
             until_lsn=end,
@@ -441,8 +488,3 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ]
         plain = pa.Table.from_arrays(columns, names=table.column_names)
         yield from plain.cast(self.arrow_schema).to_batches()
-
-
-def register(spark: SparkSession) -> None:
-    """Makes ``format("pgwire_cdc")`` available in ``spark``."""
-    spark.dataSource.register(PgwireCdcDataSource)
