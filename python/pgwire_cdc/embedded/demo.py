@@ -35,9 +35,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import delta
-from .connection import connect
-from .streaming import stream
+from .. import delta
+from ..connection import connect
+from ..streaming import stream
 
 TABLES = ("customers", "orders", "events")
 
@@ -209,7 +209,7 @@ def run_demo(
     as_json: bool = False,
 ) -> int:
 
-    from ._embedded import demo_server
+    from .postgres import demo_server
 
     global _progress
     _progress = sys.stdout if not as_json else sys.stderr if sys.stderr.isatty() else _Quiet()
@@ -344,7 +344,7 @@ def _compare(
     spark = None
     if use_spark:
         try:
-            from .spark import session as spark_session
+            from ..spark import session as spark_session
 
             conf: dict[str, str] = {
                 "spark.ui.enabled": "false",
