@@ -116,7 +116,7 @@ def test_notes_before_catching_up_are_partial_and_name_finished_copies() -> None
     led.handed_out(0, {"public.c": None})
     led.acking(0)
     assert written(led, 700)["copies"] == {"public.c": None}
-    led.passed(800, run_start=400)
+    led.caught_up = True  # the stream passed the run's start
     led.handed_out(1, {})
     led.acking(1)
     doc = written(led, 900)
@@ -133,12 +133,27 @@ def test_a_copy_learnt_while_acks_are_pending_is_kept_by_them() -> None:
 
 def test_decode_keeps_only_well_formed_entries() -> None:
     content = json.dumps({"slot": "s", "copies": {"a": [1], "b": "x", "c": None}}).encode()
-    assert decode("s", content) == ({"a": [1], "c": None}, True)
+    assert decode("s", content) == ({"a": [1], "c": None}, True, None)
+    listed = json.dumps({"slot": "s", "copies": {}, "known": ["a", 1]}).encode()
+    assert decode("s", listed) == ({}, True, {"a"})
 
 
-def test_a_provisional_copy_goes_on_from_an_earlier_runs_key() -> None:
+def test_a_candidate_is_copied_unless_an_earlier_run_knew_it() -> None:
     led = ledger(caught_up=False)
-    led.started("public.b", None)
-    note = encode("s", {"public.b": [300]}, True).encode()
-    assert led.received(150, note, 400) == {}, "a copy this run runs for a reason of its own"
-    assert led.received(150, note, 400, provisional={"public.b"}) == {"public.b": [300]}
+    assert led.candidates_to_copy({"public.b"}) == {"public.b"}, "no last note: copy"
+    last = encode("s", {}, True, known=["public.a", "public.b"]).encode()
+    led.received(100, last, run_start=400)
+    assert led.known_before == {"public.a", "public.b"}
+    assert led.candidates_to_copy({"public.b", "public.c"}) == {"public.c"}
+    led.started("public.c", None)
+    assert led.candidates_to_copy({"public.c"}) == set(), "already copying"
+
+
+def test_the_last_note_of_a_run_lists_what_it_knows() -> None:
+    led = ledger()
+    doc = json.loads(led.note(known={"public.b", "public.a"}))
+    assert doc["known"] == ["public.a", "public.b"]
+    # A run that had not read every earlier note passes on what they knew too.
+    led = ledger(caught_up=False)
+    led.received(100, encode("s", {}, True, known=["public.z"]).encode(), run_start=400)
+    assert json.loads(led.note(known={"public.a"}))["known"] == ["public.a", "public.z"]

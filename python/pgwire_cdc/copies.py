@@ -10,7 +10,10 @@ up to which the consumer has acked its rows (``[]``: none yet)::
 
 It rests in the WAL after the slot's confirmed position, so the next stream on the slot
 receives it again, as the watermark algorithm (Netflix's DBLog) receives its own watermarks.
-Three rules keep it there:
+A run that ends writes one more, after its last ack, that also lists the published tables
+the consumer holds (``"known"``): the next run reads it first of all and copies a table
+that may have joined the publication since (a *candidate*, see ``streaming``) only when no
+earlier run knew it. Three rules keep a note ahead of the slot while copies run:
 
 * a new note is written before an ack that would pass the last one (the ack of a batch
   whose LSN is at or past the note's end), holding the copies as of that ack;
@@ -44,14 +47,24 @@ NOTE_PREFIX = "pgwire_cdc.copies"
 Copies = dict[str, list[Any]]
 
 
-def encode(slot: str, copies: Mapping[str, list[Any] | None], full: bool) -> str:
-    """The content of a note."""
-    return json.dumps({"slot": slot, "copies": dict(copies), "full": full}, default=str)
+def encode(
+    slot: str,
+    copies: Mapping[str, list[Any] | None],
+    full: bool,
+    known: Collection[str] | None = None,
+) -> str:
+    """The content of a note (``known``: the tables the consumer holds, in a run's last)."""
+    doc: dict[str, Any] = {"slot": slot, "copies": dict(copies), "full": full}
+    if known is not None:
+        doc["known"] = sorted(known)
+    return json.dumps(doc, default=str)
 
 
-def decode(slot: str, content: bytes) -> tuple[dict[str, list[Any] | None], bool] | None:
-    """``(copies, full)`` of a note for ``slot``; None for another slot's note or one that
-    does not parse (a note is never trusted beyond its shape)."""
+def decode(
+    slot: str, content: bytes
+) -> tuple[dict[str, list[Any] | None], bool, set[str] | None] | None:
+    """``(copies, full, known)`` of a note for ``slot``; None for another slot's note or one
+    that does not parse (a note is never trusted beyond its shape)."""
     try:
         doc = json.loads(content)
     except ValueError:
@@ -65,7 +78,9 @@ def decode(slot: str, content: bytes) -> tuple[dict[str, list[Any] | None], bool
     for name, after in copies.items():
         if isinstance(name, str) and (after is None or isinstance(after, list)):
             out[name] = after
-    return out, bool(doc.get("full", True))
+    listed = doc.get("known")
+    known = {n for n in listed if isinstance(n, str)} if isinstance(listed, list) else None
+    return out, bool(doc.get("full", True)), known
 
 
 @dataclass
@@ -94,6 +109,8 @@ class CopyLedger:
     written_full: bool = True
     #: What earlier runs' notes said, merged (see the module docs).
     learnt: dict[str, list[Any] | None] = field(default_factory=dict)
+    #: The tables earlier runs' last notes say the consumer holds (None: no such note).
+    known_before: set[str] | None = None
 
     # -- what the stream does -------------------------------------------------------------
 
@@ -143,12 +160,24 @@ class CopyLedger:
         )
         return bool(self.acked) and passes
 
-    def note(self) -> str:
-        """The content of the note to write now."""
+    def note(self, known: Collection[str] | None = None) -> str:
+        """The content of the note to write now (``known``: for the run's last note)."""
         copies: dict[str, list[Any] | None] = dict(self.acked)
         if not self.caught_up:
             copies.update(dict.fromkeys(self.finished - set(self.acked)))
-        return encode(self.slot, copies, self.caught_up)
+        if known is not None and not self.caught_up and self.known_before is not None:
+            # Notes not read yet may name more: what earlier runs knew still holds.
+            known = set(known) | self.known_before
+        return encode(self.slot, copies, self.caught_up, known)
+
+    def candidates_to_copy(self, candidates: Collection[str]) -> set[str]:
+        """Of the tables that may have joined the publication after the slot's position,
+        those to copy once every earlier note is read: all when no earlier run's last note
+        was found, else those it did not list (nor a copy this run already runs)."""
+        unknown = set(candidates) - set(self.current)
+        if self.known_before is None:
+            return unknown
+        return unknown - self.known_before
 
     def noted(self, end: int) -> None:
         """The note from :meth:`note` was written; its WAL record ends at ``end``."""
@@ -168,17 +197,14 @@ class CopyLedger:
 
     # -- notes coming through the stream --------------------------------------------------
 
-    def received(
-        self, lsn: int, content: bytes, run_start: int, provisional: Collection[str] = ()
-    ) -> dict[str, list[Any]]:
+    def received(self, lsn: int, content: bytes, run_start: int) -> dict[str, list[Any]]:
         """A note came through the stream at ``lsn``. Returns the copies an earlier run's
-        note asks for that this run does not know of, or knows only ``provisional``ly
-        (started from the start on a guess): to be (re)started by the caller with
+        note asks for that this run does not know of: to be started by the caller with
         :meth:`started` after the key given."""
         decoded = decode(self.slot, content)
         if decoded is None:
             return {}
-        copies, full = decoded
+        copies, full, known = decoded
         if lsn >= run_start:
             # One of this run's own notes: now its start is known.
             if self.written_end is not None and lsn < self.written_end:
@@ -188,13 +214,10 @@ class CopyLedger:
             self.learnt = dict(copies)
         else:
             self.learnt.update(copies)
+        if known is not None:
+            self.known_before = (self.known_before or set()) | known
         return {
             name: after
             for name, after in self.learnt.items()
-            if after is not None and (name not in self.current or name in provisional)
+            if after is not None and name not in self.current
         }
-
-    def passed(self, lsn: int, run_start: int) -> None:
-        """The stream handed out everything up to ``lsn``."""
-        if lsn >= run_start:
-            self.caught_up = True

@@ -281,9 +281,9 @@ class _Stream:
         self.next_recheck = 0.0
         #: Tables this run's ``tables=`` added to the publication.
         self.added: set[str] = set()
-        #: Copies started from the start because the table may have joined the publication
-        #: after the slot's position: an earlier run's note may say where to go on from.
-        self.provisional: set[str] = set()
+        #: Tables that may have joined the publication after the slot's position: copied
+        #: once every earlier run's note is read, unless the last one lists them.
+        self.candidates: dict[str, catalog.TableInfo] = {}
         #: The WAL position when this run started: copy-state notes before it are earlier
         #: runs' (:mod:`pgwire_cdc.copies`).
         self.run_start = 0
@@ -601,6 +601,8 @@ class _Stream:
             tables = merge_segments((name, table_of(s)) for name, s in segments)
             if notes:
                 self._on_setup_connection(partial(self._take_notes, notes))
+            if not self.copy_state.caught_up and stop != Stop.PENDING and lsn >= self.run_start:
+                self._on_setup_connection(self._caught_up)
             self._on_setup_connection(partial(self._watch_publications, tables))
             # Stop.UNTIL_LSN: every transaction committed before the watermark is in.
             passed = lsn if waiting is None or stop != Stop.UNTIL_LSN else max(lsn, waiting)
@@ -612,7 +614,6 @@ class _Stream:
                 # rows went out earlier): the consumer acks it like any other.
                 seq = self.acks.handed_out()
                 self.copy_state.handed_out(seq, progress)
-                self.copy_state.passed(lsn, self.run_start)
                 yield Batch(
                     tables=tables,
                     lsn=lsn,
@@ -635,9 +636,10 @@ class _Stream:
 
     def _plan_incremental(self, held: Any) -> None:
         """Copies the published tables the consumer does not hold: those not in
-        ``held_tables`` when given; else those this run's ``tables=`` added and those that
-        joined the publication after the slot's position (copies an earlier run left
-        unfinished come back with its notes, :mod:`pgwire_cdc.copies`)."""
+        ``held_tables`` when given; else those this run's ``tables=`` added, and the
+        candidates: those that may have joined the publication after the slot's position,
+        decided once the stream has passed every earlier run's notes (copies an earlier
+        run left unfinished come back with them, :mod:`pgwire_cdc.copies`)."""
         if held is None:
             assert self.conn is not None
             joined = _joined_since_slot(self.conn, self.slot, self.publications)
@@ -646,16 +648,7 @@ class _Stream:
                     # Added by this run's tables=: its rows are not in the slot's stream.
                     self._start_copy(t)
                 elif t.oid in joined:
-                    try:
-                        self._start_copy(t)
-                        self.provisional.add(t.qualified)
-                        log.info(
-                            "%s joined the publication after slot %s's position: copied",
-                            t.qualified,
-                            self.slot,
-                        )
-                    except ConfigError as e:
-                        log.warning("%s; its changes are streamed, earlier rows are not", e)
+                    self.candidates[t.qualified] = t
             return
         holding: dict[str, Any] = dict(held) if isinstance(held, Mapping) else dict.fromkeys(held)
         for t in self.table_infos:
@@ -727,7 +720,7 @@ class _Stream:
             return  # the consumer says what it holds
         wanted: dict[str, list[Any]] = {}
         for lsn, content in notes:
-            wanted.update(self.copy_state.received(lsn, content, self.run_start, self.provisional))
+            wanted.update(self.copy_state.received(lsn, content, self.run_start))
         if not wanted:
             return
         published = {
@@ -739,11 +732,42 @@ class _Stream:
                 log.info("%s, whose copy an earlier run began, is no longer published", name)
                 continue
             log.info("resuming the copy of %s an earlier run began", name)
-            self.provisional.discard(name)
             try:
                 self._start_copy(table, after or None)
             except ConfigError as e:
                 log.warning("%s; its changes are streamed, earlier rows are not", e)
+
+    def _caught_up(self) -> None:
+        """Every earlier run's note is read: the candidates no earlier run knew of are
+        copied."""
+        wanted = self.copy_state.candidates_to_copy(self.candidates)
+        for name in sorted(wanted):
+            table = self.candidates[name]
+            try:
+                self._start_copy(table)
+                log.info(
+                    "%s joined the publication after slot %s's position: copied",
+                    name,
+                    self.slot,
+                )
+            except ConfigError as e:
+                log.warning("%s; its changes are streamed, earlier rows are not", e)
+            del self.candidates[name]
+        self.candidates = {}
+        self.copy_state.caught_up = True
+
+    def _last_note(self) -> None:
+        """A run that ends leaves the copy state and the tables the consumer holds in the
+        WAL after its last ack, for the next run to read first."""
+        if self.conn is None or self.conn.closed or self.conn.broken:
+            return
+        # Candidates not decided yet are not known: the next run decides them.
+        known = self.known - set(self.candidates)
+        row = self.conn.execute(
+            "SELECT pg_logical_emit_message(false, %s, %s)::text",
+            (copies.NOTE_PREFIX, self.copy_state.note(known=known)),
+        ).fetchone()
+        assert row is not None
 
     def _listed(self, table: catalog.TableInfo) -> bool:
         """Whether one of the publications lists ``table`` (or a partitioned ancestor of
@@ -852,6 +876,11 @@ class _Stream:
         self._start_streaming(self.slot, resume, skip)
 
     def close(self) -> None:
+        if self.live is not None and self.stream_slot == self.slot:
+            try:
+                self._last_note()
+            except (psycopg.Error, ConnectionError) as e:
+                log.debug("the run's last copy-state note could not be written: %s", e)
         for closer in (self.reader, self.live, self.repl):
             if closer is not None:
                 try:
