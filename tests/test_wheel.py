@@ -46,6 +46,8 @@ def test_wheel_contents() -> None:
         meta = z.read(metadata).decode()
         entry_points = z.read(metadata.replace("METADATA", "entry_points.txt")).decode()
     assert {"pgwire_cdc/py.typed", "pgwire_cdc/_native.pyi"} <= names
+    # Spark 4 registers the data source of this top-level module by itself.
+    assert "pyspark_pgwire_cdc/__init__.py" in names
     assert any(n.startswith("pgwire_cdc/_native") and n.endswith(".so") for n in names)
     assert not any(n.startswith(("tests/", "benches/", "rust/")) for n in names)
     # The test harness (clusters run with fsync=off) is not part of the package.

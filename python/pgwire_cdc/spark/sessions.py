@@ -98,6 +98,14 @@ def register(spark: SparkSession) -> None:
     """Registers the ``pgwire_cdc`` data source on ``spark``: ``spark.read`` (a table
     read by Spark tasks under one snapshot, :mod:`pgwire_cdc.spark.snapshot`) and
     ``spark.readStream`` (changes): :mod:`pgwire_cdc.spark.source`."""
+    from pyspark.errors import AnalysisException
+
     from .source import PgwireCdcDataSource
 
-    spark.dataSource.register(PgwireCdcDataSource)
+    try:
+        spark.dataSource.register(PgwireCdcDataSource)
+    except AnalysisException as e:
+        # Spark found it by itself (the top-level pyspark_pgwire_cdc module) and does not
+        # let a session register a source of the same name over it: it is there.
+        if e.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
+            raise
