@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.deps-stamp
 help:
 	@echo "make demo      mirror a live workload from a throwaway PostgreSQL into a local Spark warehouse"
 	@echo "make test      lint, Rust tests, build the extension and wheel, pytest against PostgreSQL 15 and 18 and Spark"
-	@echo "make wheel     the abi3 manylinux wheel, in target/wheels"
+	@echo "make wheel     the abi3 manylinux2014 wheels (x86_64, aarch64), in target/wheels"
 	@echo "make bench     every comparison (release build): benches/results/latest.md + ratios.png"
 	@echo "make fuzz      run every proptest fuzz target for FUZZ_SECONDS (default 600) each"
 	@echo "make captures  re-record the golden pgoutput captures in tests/fixtures/captures"
@@ -45,11 +45,19 @@ jars: $(JARS_STAMP)
 build: venv
 	$(VENV)/bin/maturin develop --release -q --features python,test-client
 
-# The abi3 wheel users install (release profile, manylinux tag checked by maturin; the
-# features of pyproject.toml, so no `test-client`); tests/test_wheel.py installs it into a
-# brand-new venv.
+# The abi3 wheels users install (release profile; the features of pyproject.toml, so no
+# `test-client`): manylinux2014 (glibc 2.17: RHEL/Rocky 8, Debian 11, Ubuntu 20.04, Amazon
+# Linux 2 and later) for x86_64 and aarch64, linked by zig (the pinned `ziglang` of
+# requirements-dev.txt, found on PATH), no Docker. tests/test_wheel.py checks both with
+# auditwheel and installs this machine's into a brand-new venv.
+WHEEL_TARGETS := x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu
 wheel: venv
-	$(VENV)/bin/maturin build --release -q -o target/wheels
+	rm -f target/wheels/pgwire_cdc-*.whl
+	rustup target add $(WHEEL_TARGETS)
+	for target in $(WHEEL_TARGETS); do \
+	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/maturin build --release -q --zig \
+	    --compatibility manylinux2014 --target $$target -o target/wheels || exit 1; \
+	done
 
 # Clippy runs with the lints of Cargo.toml's [lints.clippy] (the pedantic group less a short
 # allow-list), every warning an error.

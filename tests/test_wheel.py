@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import zipfile
@@ -30,11 +31,37 @@ print(json.dumps({"file": pgwire_cdc.__file__, "rows": rows}))
 """
 
 
+def wheels() -> dict[str, Path]:
+    """The wheels of ``make wheel``, by machine (``x86_64``, ``aarch64``)."""
+    found = {
+        machine: path
+        for path in WHEELS.glob("pgwire_cdc-*.whl")
+        for machine in ("x86_64", "aarch64")
+        if path.name.endswith(f"_{machine}.whl")
+    }
+    if len(found) < 2:
+        pytest.fail(f"{WHEELS} lacks a wheel: run `make wheel` first (`make test` does)")
+    return found
+
+
 def newest_wheel() -> Path:
-    wheels = sorted(WHEELS.glob("pgwire_cdc-*.whl"), key=lambda p: p.stat().st_mtime)
-    if not wheels:
-        pytest.fail(f"no wheel in {WHEELS}: run `make wheel` first (`make test` does)")
-    return wheels[-1]
+    """This machine's wheel."""
+    return wheels()[platform.machine()]
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_wheels_need_only_glibc_2_17(machine: str) -> None:
+    """manylinux2014: installs on RHEL/Rocky 8, Debian 11, Ubuntu 20.04, Amazon Linux 2."""
+    wheel = wheels()[machine]
+    tag = f"manylinux2014_{machine}.manylinux_2_17_{machine}"
+    assert wheel.name.endswith(f"-cp310-abi3-{tag}.whl"), wheel.name
+    shown = subprocess.run(
+        [sys.executable, "-m", "auditwheel", "show", str(wheel)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert f'"manylinux_2_17_{machine}"' in " ".join(shown.split()), shown
 
 
 def test_wheel_contents() -> None:
