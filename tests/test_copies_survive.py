@@ -135,3 +135,36 @@ def test_an_emptied_publication_still_drains_the_slot(db: Database) -> None:
     # A new slot on the empty publication is still refused.
     with pytest.raises(pgwire_cdc.ConfigError, match="publishes no tables"):
         next(iter(pgwire_cdc.stream(db.dsn, publication="lp", slot="another")))
+
+
+def notes_in_wal(db: Database, slot: str) -> int:
+    """How many copy-state notes the WAL holds past ``slot``'s position (a peek)."""
+    row = db.conn.execute(
+        "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL,"
+        " 'proto_version', '1', 'publication_names', 'lp', 'messages', 'true')"
+        " WHERE position(convert_to('pgwire_cdc.copies', 'UTF8') IN data) > 0",
+        (slot,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_changes_only_copies_nothing_and_writes_no_notes(db: Database) -> None:
+    """``snapshot=False`` (a consumer that takes changes only, such as the Spark streaming
+    source's tasks): a table a later ``tables=`` adds is not copied, and the run writes no
+    note into the WAL; a run that copies does."""
+    setup(db)
+    rows: Rows = {}
+    consume(rows, db.dsn, tables=["public.lp_a"], idle_timeout=1)
+    db.conn.execute("SELECT pg_create_logical_replication_slot('lp_peek', 'pgoutput')")
+    db.conn.execute("INSERT INTO lp_b VALUES (5000, 'new')")
+    reads = consume(rows, db.dsn, tables=["public.lp_a", "public.lp_b"], snapshot=False,
+                    idle_timeout=1)  # fmt: skip
+    assert reads == 0
+    assert "public.lp_b" not in rows, "changes only: nothing of lp_b changed since"
+    assert notes_in_wal(db, "lp_peek") == 0
+    db.conn.execute("SELECT pg_drop_replication_slot('lp_peek')")
+    db.conn.execute("SELECT pg_create_logical_replication_slot('lp_peek', 'pgoutput')")
+    db.conn.execute("ALTER PUBLICATION lp DROP TABLE lp_b")
+    assert consume(rows, db.dsn, tables=["public.lp_a", "public.lp_b"], idle_timeout=1) == 1001
+    assert notes_in_wal(db, "lp_peek") > 0

@@ -159,7 +159,8 @@ class StreamOptions:
     slot: str = "pgwire_cdc_slot"
     #: Tables ("schema.table") the publication must hold: created or added when missing.
     tables: Sequence[str] | None = None
-    #: Copy a new slot's existing rows first.
+    #: Copy a new slot's existing rows first, and the rows of tables that join later.
+    #: False streams changes only (the slot keeps no record of copies either).
     snapshot: bool = True
     #: Binary tuple data where every column has a binary decoder.
     binary: bool = True
@@ -413,10 +414,12 @@ class _Stream:
         the slot's copy state records it at once. ConfigError for a keyless table."""
         assert self.snapshots is not None
         self.snapshots.add(table, after)
-        self.copy_state.started(table.qualified, after)
         self.known.add(table.qualified)
-        if self.copy_state.note_due():
-            self._on_setup_connection(self._write_note)
+        if self.o.snapshot:
+            # snapshot=False streams changes only: no copy state kept in the WAL.
+            self.copy_state.started(table.qualified, after)
+            if self.copy_state.note_due():
+                self._on_setup_connection(self._write_note)
 
     def _commit_snapshot(self) -> None:
         """Makes the slot permanent: a copy of the temporary snapshot slot, at the
@@ -641,6 +644,8 @@ class _Stream:
         decided once the stream has passed every earlier run's notes (copies an earlier
         run left unfinished come back with them, :mod:`pgwire_cdc.copies`)."""
         if held is None:
+            if not self.o.snapshot:
+                return  # changes only
             assert self.conn is not None
             joined = _joined_since_slot(self.conn, self.slot, self.publications)
             for t in self.table_infos:
@@ -716,8 +721,8 @@ class _Stream:
         """Copy-state notes from the stream: an earlier run's copies that did not finish
         are taken up again (:mod:`pgwire_cdc.copies`)."""
         assert self.conn is not None
-        if self.o.held_tables is not None:
-            return  # the consumer says what it holds
+        if self.o.held_tables is not None or not self.o.snapshot:
+            return  # the consumer says what it holds, or takes changes only
         wanted: dict[str, list[Any]] = {}
         for lsn, content in notes:
             wanted.update(self.copy_state.received(lsn, content, self.run_start))
@@ -759,7 +764,7 @@ class _Stream:
     def _last_note(self) -> None:
         """A run that ends leaves the copy state and the tables the consumer holds in the
         WAL after its last ack, for the next run to read first."""
-        if self.conn is None or self.conn.closed or self.conn.broken:
+        if not self.o.snapshot or self.conn is None or self.conn.closed or self.conn.broken:
             return
         # Candidates not decided yet are not known: the next run decides them.
         known = self.known - set(self.candidates)
