@@ -72,7 +72,7 @@ def change_table_schema(
 @final
 class CopyDecoder:
     """One table's ``COPY (SELECT ...) TO STDOUT (FORMAT BINARY)`` data into a change table
-    of ``read`` rows (CONTRACT section 3), the same schema and values the stream gives."""
+    of ``read`` rows (docs/change-tables.md), the same schema and values the stream gives."""
 
     def __new__(
         cls,

@@ -85,7 +85,7 @@ class SlotError(Error):
     """The replication slot is missing, in use by another session, or invalidated."""
 
 
-# The contract names it ConnectionError; it is also the builtin, so `except ConnectionError`
+# The public name is ConnectionError; it is also the builtin, so `except ConnectionError`
 # catches it either way.
 class ConnectionError(Error, builtins.ConnectionError):
     """The connection to PostgreSQL failed or was lost."""
