@@ -1,8 +1,8 @@
 """``pgwire-cdc``: the command line.
 
 Commands: ``demo`` (the two-minute tour against a throwaway PostgreSQL), ``stream`` (changes
-into Parquet files or Delta tables), ``slots``, ``drop-slot``, ``resnapshot``, ``check`` and
-``bench``.
+into Parquet files or Delta tables), ``slots``, ``drop-slot``, ``resnapshot``, ``check``,
+``bench`` and ``jars`` (the Delta Lake jars for Spark, from Maven Central).
 
 Exit codes: 0 success; 1 a check failed or the demo's tables differ from the source;
 2 bad usage; 3 a pgwire_cdc error (configuration, slot, connection, decoding: the message
@@ -397,6 +397,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_jars(args: argparse.Namespace) -> int:
+    from .spark import DELTA_JARS_ENV, jars
+
+    folder = _writable_dir(args.dir).resolve()
+    print(f"Delta Lake jars for PySpark 4.1 from {args.repository} into {folder}", flush=True)
+    paths = jars.download(folder, args.repository, lambda line: print(line, flush=True))
+    print(f"{len(paths)} jars ready; Spark sessions of pgwire_cdc load them with:")
+    print(f"export {DELTA_JARS_ENV}={folder}")
+    return EXIT_OK
+
+
 # -- the parser -----------------------------------------------------------------------
 
 
@@ -625,6 +636,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     json_flag(p, "the results")
     p.set_defaults(func=cmd_bench)
+
+    from .spark.jars import MAVEN_CENTRAL
+
+    p = command(
+        "jars",
+        help="download the Delta Lake jars Spark needs (where Maven resolution fails)",
+        description="Downloads delta-spark and the runtime dependencies PySpark does not "
+        "ship (pinned versions) into DIR over HTTPS, checking each against the SHA-1 the "
+        "repository publishes. Then `export PGWIRE_CDC_DELTA_JARS=DIR`: "
+        "pgwire_cdc.spark.session(delta=True) loads them instead of resolving "
+        "spark.jars.packages at start (which fails on networks that block Ivy).",
+    )
+    p.add_argument("dir", metavar="DIR", help="where to put the jars (created if missing)")
+    p.add_argument(
+        "--repository",
+        default=MAVEN_CENTRAL,
+        metavar="URL",
+        help=f"a Maven repository or mirror (default {MAVEN_CENTRAL})",
+    )
+    p.set_defaults(func=cmd_jars)
     return parser
 
 

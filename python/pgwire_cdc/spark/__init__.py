@@ -6,7 +6,8 @@ the ``pgwire_cdc`` data source.
 * :mod:`~pgwire_cdc.spark.sessions`: :func:`session`, :func:`register`;
 * :mod:`~pgwire_cdc.spark.source`: ``format("pgwire_cdc")``, batch and streaming;
 * :mod:`~pgwire_cdc.spark.snapshot`: a table read by Spark tasks under one snapshot;
-* :mod:`~pgwire_cdc.spark.keeper`: the process that holds that snapshot.
+* :mod:`~pgwire_cdc.spark.keeper`: the process that holds that snapshot;
+* :mod:`~pgwire_cdc.spark.jars`: the pinned Delta Lake jars, and their download.
 
 This package re-exports the public names of the first two; the data source needs PySpark
 when it is imported, the others only when called.
@@ -14,7 +15,8 @@ when it is imported, the others only when called.
 
 from __future__ import annotations
 
-from .sessions import DELTA_JARS_ENV, DELTA_SPARK_PACKAGE, delta_jars, register, session
+from .jars import DELTA_SPARK_PACKAGE
+from .sessions import DELTA_JARS_ENV, delta_jars, register, session
 from .types import for_spark, spark_schema, spark_type, to_spark
 
 __all__ = [

@@ -6,16 +6,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+from .jars import DELTA_SPARK_PACKAGE
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-#: The Delta Lake build for the pinned PySpark minor version (4.1): Delta publishes one
-#: artifact per Spark minor version, and a mismatch fails at run time.
-DELTA_SPARK_PACKAGE = "io.delta:delta-spark_4.1_2.13:4.4.0"
-#: A directory of Delta Lake jars (``make jars`` fills ``.cache/jars/delta``): used
-#: instead of resolving DELTA_SPARK_PACKAGE from Maven Central at session start.
+#: A directory of Delta Lake jars (``pgwire-cdc jars DIR`` fills one, ``make jars``
+#: ``.cache/jars/delta``): used instead of resolving DELTA_SPARK_PACKAGE from Maven
+#: Central at session start.
 DELTA_JARS_ENV = "PGWIRE_CDC_DELTA_JARS"
 
 
@@ -33,7 +32,8 @@ def delta_jars() -> list[str]:
     jars = sorted(glob.glob(os.path.join(folder, "*.jar")))
     if not jars:
         raise ConfigError(
-            f"${DELTA_JARS_ENV} is {folder!r} but holds no jars; run `make jars` or unset it"
+            f"${DELTA_JARS_ENV} is {folder!r} but holds no jars: fill it with "
+            f"`pgwire-cdc jars {folder}`, or unset it"
         )
 
     def artifact(path: str) -> str:
@@ -54,8 +54,9 @@ def session(
 
     The ``pgwire_cdc`` data source is registered on it (:func:`register`).
     ``delta=True`` configures Delta Lake: the jars of ``$PGWIRE_CDC_DELTA_JARS`` when set
-    (``make jars``), else ``spark.jars.packages`` resolves ``DELTA_SPARK_PACKAGE`` from
-    Maven Central, plus Delta's SQL extension and catalog. Extra ``conf`` entries
+    (``pgwire-cdc jars DIR``), else ``spark.jars.packages`` resolves ``DELTA_SPARK_PACKAGE`` from
+    Maven Central (a :class:`ConfigError` naming ``pgwire-cdc jars`` when that fails),
+    plus Delta's SQL extension and catalog. Extra ``conf`` entries
     (``**{"spark.key": "value"}``) are passed through."""
     import os
     import sys
@@ -76,8 +77,10 @@ def session(
         # One machine: a few shuffle partitions, not 200 (nor Delta's 50 for its log).
         builder = builder.config("spark.sql.shuffle.partitions", "4")
         builder = builder.config("spark.databricks.delta.snapshotPartitions", "2")
+    resolves = False
     if delta:
         jars = delta_jars()
+        resolves = not jars
         if jars:
             builder = builder.config("spark.jars", ",".join(jars))
         else:
@@ -89,7 +92,17 @@ def session(
         )
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    except Exception as e:
+        if resolves and getattr(e, "getCondition", lambda: None)() == "JAVA_GATEWAY_EXITED":
+            raise ConfigError(
+                f"Spark did not start while resolving Delta Lake ({DELTA_SPARK_PACKAGE}, "
+                "through spark.jars.packages from Maven Central; Ivy's messages above say "
+                "why). Download the jars once instead: `pgwire-cdc jars DIR`, then "
+                f"`export {DELTA_JARS_ENV}=DIR`"
+            ) from e
+        raise
     register(spark)
     return spark
 
