@@ -253,9 +253,13 @@ class ParquetSink:
 
 def cmd_stream(args: argparse.Namespace) -> int:
     from . import pipeline
+    from .delta.stores import is_s3, s3a_conf
     from .streaming import StreamOptions
 
-    out = _writable_dir(args.parquet or args.delta)
+    # An object-store location (--delta s3://bucket/prefix) is reached with the
+    # credentials and endpoint of the environment (AWS_*), by delta-rs and by Spark.
+    remote = bool(args.delta) and is_s3(args.delta)
+    out = args.delta if remote else _writable_dir(args.parquet or args.delta)
     options: dict[str, Any] = {
         "publication": args.publication,
         "slot": args.slot,
@@ -281,7 +285,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
         if writer == "spark":
             from .spark import session
 
-            spark = session("pgwire_cdc-stream", delta=True)
+            spark = session("pgwire_cdc-stream", delta=True, **(s3a_conf() if remote else {}))
         try:
             stats = delta.run(
                 args.dsn,
@@ -304,7 +308,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
             "seconds": round(time.monotonic() - started, 3),
         }
     else:
-        sink = ParquetSink(out)
+        sink = ParquetSink(Path(out))
         pipeline.run(
             args.dsn,
             StreamOptions(**options),
@@ -511,7 +515,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--delta",
         metavar="DIR",
         help="keep one Delta table per published table in DIR/<schema.table>, changed by "
-        "MERGE exactly once (a restart resumes where the tables stand)",
+        "MERGE exactly once (a restart resumes where the tables stand); DIR may be "
+        "s3://bucket/prefix, reached with the AWS_* variables of the environment "
+        "(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, ...)",
     )
     p.add_argument(
         "--writer",

@@ -65,8 +65,10 @@ under ``pgwire_cdc.progress``), so a restart resumes a table's copy where its ro
 The modules
 -----------
 :mod:`~pgwire_cdc.delta.positions` (pure state), :mod:`~pgwire_cdc.delta.table` (paths,
-reading, the stored types, positions read from the log), :mod:`~pgwire_cdc.delta.writers`
-(the :class:`Writer` protocol and both writers), :mod:`~pgwire_cdc.delta.sink`
+reading, the stored types, positions read from the log), :mod:`~pgwire_cdc.delta.stores`
+(object stores: the ``s3://``/``s3a://`` mapping and S3A settings),
+:mod:`~pgwire_cdc.delta.writers` (the :class:`Writer` protocol and both writers),
+:mod:`~pgwire_cdc.delta.sink`
 (:class:`DeltaSink`) and :mod:`~pgwire_cdc.delta.api` (:func:`run`, :func:`apply`,
 :func:`merge_changes`); this package re-exports their public names.
 """
@@ -77,6 +79,7 @@ from ..tables import key_columns
 from .api import apply, merge_changes, run
 from .positions import APP_ID, PROGRESS_APP_ID, Commit
 from .sink import ApplyStats, DeltaSink, fill_moved
+from .stores import s3a_conf, spark_path
 from .table import Position, data_columns, delta_shape, position, read_table, table_path
 from .writers import WRITERS, DeltaRsWriter, SparkWriter, Writer, merge_clauses, writer_for
 
@@ -101,6 +104,8 @@ __all__ = [
     "position",
     "read_table",
     "run",
+    "s3a_conf",
+    "spark_path",
     "table_path",
     "writer_for",
 ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -33,10 +33,11 @@ def apply(
     path: str | os.PathLike[str],
     writer: str = "delta-rs",
     spark: SparkSession | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> ApplyStats:
     """Commits one ``stream()`` batch to the Delta tables under ``path``; the caller acks
     the batch after this returns."""
-    return DeltaSink(path, writer, spark).apply(batch)
+    return DeltaSink(path, writer, spark, storage_options=storage_options).apply(batch)
 
 
 def merge_changes(
@@ -45,6 +46,7 @@ def merge_changes(
     keys: Sequence[str] | None = None,
     writer: str = "spark",
     spark: SparkSession | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> ApplyStats:
     """MERGEs a Spark DataFrame (or Arrow table) of changes of one table — the rows the
     ``format("pgwire_cdc")`` streaming source yields, complete transactions — into the
@@ -73,7 +75,7 @@ def merge_changes(
     if table.num_rows == 0:
         return ApplyStats(batches=1)
     target = base_path(path)
-    sink = DeltaSink(os.path.dirname(target), writer, spark)
+    sink = DeltaSink(os.path.dirname(target), writer, spark, storage_options=storage_options)
     # Complete transactions: the batch's LSN lies past every commit in it.
     lsn = int(pc.max(table["_commit_lsn"]).as_py()) + 1
     return sink.apply_table(target, table, lsn)
@@ -106,12 +108,18 @@ def run(
     spark: SparkSession | None = None,
     on_batch: Callable[[DeltaSink, Batch, ApplyStats], None] | None = None,
     on_step: Callable[[str], None] | None = None,
+    storage_options: Mapping[str, str] | None = None,
     **stream_options: Any,
 ) -> ApplyStats:
     """Keeps one Delta table per published table under ``path`` until the stream ends
     (give ``until_lsn`` or ``idle_timeout`` for a run that ends by itself). Each batch is
-    committed to Delta before it is acked; ``on_batch`` is called after each one."""
-    sink = DeltaSink(path, writer, spark, on_step=on_step)
+    committed to Delta before it is acked; ``on_batch`` is called after each one.
+
+    ``path`` may be an object-store location (``s3://bucket/prefix``); ``storage_options``
+    are delta-rs's for it (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...; None: the
+    environment's), given to the Spark writer's session too (see
+    :mod:`~pgwire_cdc.delta.stores`)."""
+    sink = DeltaSink(path, writer, spark, on_step=on_step, storage_options=storage_options)
     options = StreamOptions(
         publication=publication,
         slot=slot,

@@ -22,6 +22,7 @@ from ..errors import DeltaError
 from ..tables import METADATA_COLUMNS, key_columns, mark_unchanged, table_of
 from .positions import APP_ID, NO_PROGRESS, PROGRESS_APP_ID, Commit, cut, unapplied
 from .table import (
+    StorageOptions,
     base_path,
     data_columns,
     delta_shape,
@@ -69,7 +70,11 @@ class ApplyStats:
 
 
 class DeltaSink:
-    """The Delta tables of one stream under ``path``, kept by one writer."""
+    """The Delta tables of one stream under ``path``, kept by one writer.
+
+    ``storage_options``: delta-rs's options for a ``path`` on an object store (see
+    :mod:`~pgwire_cdc.delta.stores`; None: from the environment). With the Spark writer
+    they are also set on the Spark session as S3A settings of the path's bucket."""
 
     def __init__(
         self,
@@ -77,9 +82,13 @@ class DeltaSink:
         writer: str | Writer = "delta-rs",
         spark: SparkSession | None = None,
         on_step: Callable[[str], None] | None = None,
+        storage_options: Mapping[str, str] | None = None,
     ) -> None:
         self.path = base_path(path)
-        self.writer = writer_for(writer, spark)
+        self.storage_options = dict(storage_options) if storage_options is not None else None
+        self.writer = writer_for(writer, spark, self.storage_options)
+        if isinstance(self.writer, SparkWriter) and self.storage_options is not None:
+            self.writer.configure_store(self.path, self.storage_options)
         self._on_step = on_step or (lambda _step: None)
         # Tables the initial snapshot in progress has written (their first part replaced
         # the table; later parts append).
@@ -111,7 +120,7 @@ class DeltaSink:
         names = sorted(set(published or ()) | set(self.local_tables()))
         held: dict[str, Any] = {}
         for name in names:
-            pos = position(self.table_path(name))
+            pos = position(self.table_path(name), self.storage_options)
             if pos is None:
                 continue
             held[name] = None if pos.progress is NO_PROGRESS else pos.progress
@@ -159,7 +168,7 @@ class DeltaSink:
         partitions = max(1, int(spark.sparkContext.defaultParallelism))
         for name in names:
             path = self.table_path(name)
-            current = position(path)
+            current = position(path, self.storage_options)
             if current is not None and current.lsn is not None and current.lsn > consistent_point:
                 raise DeltaError(
                     f"{name}: the Delta table at {path} holds changes up to a later LSN than "
@@ -169,7 +178,7 @@ class DeltaSink:
             with _connect(dsn) as conn:
                 info = spark_snapshot.describe(conn, name, publication)
             schema = delta_shape(spark_snapshot.data_schema(info).empty_table()).schema
-            if open_table(path) is None:
+            if open_table(path, self.storage_options) is None:
                 writer.create(path, schema)
             reader = (
                 spark.read.format("pgwire_cdc")
@@ -196,7 +205,7 @@ class DeltaSink:
         that do not exist yet, with the change tables' data columns."""
         for name, schema in schemas.items():
             path = self.table_path(name)
-            if open_table(path) is None:
+            if open_table(path, self.storage_options) is None:
                 data = pa.schema([f for f in schema if f.name not in METADATA_COLUMNS])
                 self.writer.create(path, delta_shape(data.empty_table()).schema)
         self.missing = [name for name in self.missing if name not in schemas]
@@ -243,7 +252,7 @@ class DeltaSink:
             if batch.snapshot:
                 if name not in self._snapshot_written:
                     self._empty_for_snapshot(name)
-            elif open_table(path) is None:
+            elif open_table(path, self.storage_options) is None:
                 self.missing.append(name)
             else:
                 progress = batch.snapshot_progress[name]
@@ -258,14 +267,14 @@ class DeltaSink:
         last chunk was empty, or the copy completed after it) in a commit of its own,
         unless the table already holds commits of a later batch (this one is delivered
         again)."""
-        table = open_table(path)
+        table = open_table(path, self.storage_options)
         if table is None:
             self.missing.append(name)
             return
         done = (table.transaction_version(PROGRESS_APP_ID), table.transaction_version(APP_ID))
         if any(v is not None and v >= lsn for v in done):
             return
-        rows = read_table(path, "false")
+        rows = read_table(path, "false", self.storage_options)
         self.writer.write(path, rows, "append", Commit(PROGRESS_APP_ID, lsn, progress))
         self._progress[name] = progress
         stats.commits += 1
@@ -279,7 +288,7 @@ class DeltaSink:
         if name in self._snapshot_written:
             self.writer.write(path, rows, "append", None)
         else:
-            current = position(path)
+            current = position(path, self.storage_options)
             if current is not None and current.lsn is not None and lsn is not None:
                 if current.lsn > lsn:
                     raise DeltaError(
@@ -299,12 +308,12 @@ class DeltaSink:
 
     def _empty_for_snapshot(self, name: str) -> None:
         path = self.table_path(name)
-        table = open_table(path)
+        table = open_table(path, self.storage_options)
         self._snapshot_written.add(name)
         if table is None:
             self.missing.append(name)
             return
-        rows = read_table(path, "false")
+        rows = read_table(path, "false", self.storage_options)
         self.writer.write(path, rows, "overwrite", None)
         self._positions.pop(path, None)
         self._progress[name] = None
@@ -335,11 +344,11 @@ class DeltaSink:
             self._progress[name] = progress
         table = None
         if path not in self._positions:
-            table = open_table(path)
+            table = open_table(path, self.storage_options)
             self._positions[path] = table.transaction_version(APP_ID) if table else None
         current = self._positions[path]
         if changes.num_rows:
-            opened = table or open_table(path)
+            opened = table or open_table(path, self.storage_options)
             kept = unapplied(
                 changes,
                 current,
@@ -348,7 +357,7 @@ class DeltaSink:
             stats.skipped += changes.num_rows - kept.num_rows
             changes = kept
         if changes.num_rows == 0:
-            if progress is not NO_PROGRESS and open_table(path) is None:
+            if progress is not NO_PROGRESS and open_table(path, self.storage_options) is None:
                 self.missing.append(name)
             elif given is not NO_PROGRESS and given != known:
                 self._record_progress(name, path, given, lsn, stats)
@@ -364,21 +373,21 @@ class DeltaSink:
         changes = delta_shape(changes)
         columns = data_columns(changes)
         keys = key_columns(changes)
-        table = open_table(path)
+        table = open_table(path, self.storage_options)
         if table is None:
             self.writer.create(path, changes.select(columns).schema)
-            table = open_table(path)
+            table = open_table(path, self.storage_options)
         changes = self._fit(name, path, table, changes, keyed=keys is not None)
         columns = data_columns(changes)
         if keys is None:
-            base = read_table(path).select(columns)
+            base = read_table(path, storage_options=self.storage_options).select(columns)
             base = base.cast(pa.schema([changes.schema.field(c) for c in columns]))
             stream, counts = _native.apply_changes(base, changes, None)
             self.writer.write(path, table_of(stream), "overwrite", commit)
             stats.add({k: v for k, v in counts.items() if k in vars(stats)})
         else:
             stream, counts = _native.reduce_changes(changes, columns, keys)
-            source = fill_moved(path, table_of(stream), keys)
+            source = fill_moved(path, table_of(stream), keys, self.storage_options)
             self.writer.merge(path, source, keys, counts["truncated"] > 0, commit)
             stats.add({k: v for k, v in counts.items() if k in vars(stats)})
         stats.commits += 1
@@ -401,10 +410,10 @@ class DeltaSink:
         ]
         if changed or (not keyed and any(n not in columns for n in have)):
             self._rewrite(name, path, changes, changed, keep=keyed)
-            current = pa.schema(open_table(path).schema().to_arrow())
+            current = pa.schema(open_table(path, self.storage_options).schema().to_arrow())
         elif new:
             self.writer.add_columns(path, new)
-            current = pa.schema(open_table(path).schema().to_arrow())
+            current = pa.schema(open_table(path, self.storage_options).schema().to_arrow())
         missing = [f for f in plain_schema(current) if f.name not in columns]
         if missing and keyed:
             for f in missing:
@@ -418,7 +427,7 @@ class DeltaSink:
     ) -> None:
         """Rewrites the table in the change table's column types (and, for a keyless
         table, its columns: rows matched whole cannot match on a column not carried)."""
-        rows = read_table(path)
+        rows = read_table(path, storage_options=self.storage_options)
         columns = data_columns(changes)
         arrays = []
         fields = []
@@ -448,7 +457,9 @@ class DeltaSink:
         log.info("%s: Delta table rewritten for a schema change (%s)", name, ", ".join(changed))
 
 
-def fill_moved(path: str, source: pa.Table, keys: list[str]) -> pa.Table:
+def fill_moved(
+    path: str, source: pa.Table, keys: list[str], storage_options: StorageOptions = None
+) -> pa.Table:
     """Fills the unchanged columns of rows that moved to a new key in the batch from the
     table row under their old key (``_from``), with one filtered read and a join."""
     moved = source["_from"].is_valid()
@@ -469,7 +480,7 @@ def fill_moved(path: str, source: pa.Table, keys: list[str]) -> pa.Table:
             for k in keys
         )
     columns = source_columns(source)
-    found = read_table(path, where).select(columns)
+    found = read_table(path, where, storage_options).select(columns)
     # Join on the keys alone (Arrow joins carry no list payloads), then take the rows.
     right = pa.table({f"__k{i}": found[k] for i, k in enumerate(keys)})
     right = right.append_column("__at", pa.array(range(found.num_rows), pa.int64()))

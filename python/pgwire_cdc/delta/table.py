@@ -10,6 +10,7 @@ once*). Also the SQL quoting both writers' MERGE statements use.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -40,21 +41,33 @@ def data_columns(table: pa.Table) -> list[str]:
     return [c for c in table.column_names if c not in METADATA_COLUMNS]
 
 
-def open_table(path: str) -> Any:
+#: delta-rs storage options (object-store credentials and endpoint), None: the
+#: environment's.
+StorageOptions = Mapping[str, str] | None
+
+
+def open_table(path: str, storage_options: StorageOptions = None) -> Any:
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        return DeltaTable(path)
+        return DeltaTable(path, storage_options=_options(storage_options))
     except TableNotFoundError:
         return None
 
 
-def read_table(path: str, where: str | None = None) -> pa.Table:
-    """The rows of the Delta table at ``path`` (``where``: an SQL filter)."""
+def _options(storage_options: StorageOptions) -> dict[str, str] | None:
+    return dict(storage_options) if storage_options is not None else None
+
+
+def read_table(
+    path: str, where: str | None = None, storage_options: StorageOptions = None
+) -> pa.Table:
+    """The rows of the Delta table at ``path`` (``where``: an SQL filter;
+    ``storage_options``: delta-rs's, for a table on an object store)."""
     from deltalake import QueryBuilder
 
-    table = open_table(path)
+    table = open_table(path, storage_options)
     if table is None:
         raise DeltaError(f"no Delta table at {path}")
     query = "SELECT * FROM t" + (f" WHERE {where}" if where else "")
@@ -98,9 +111,9 @@ class Position:
     progress: Any = NO_PROGRESS
 
 
-def position(path: str) -> Position | None:
+def position(path: str, storage_options: StorageOptions = None) -> Position | None:
     """The stream position recorded in the Delta table at ``path``, None without table."""
-    table = open_table(path)
+    table = open_table(path, storage_options)
     if table is None:
         return None
     return Position(table.transaction_version(APP_ID), _recorded_progress(table))

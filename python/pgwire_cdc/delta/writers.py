@@ -11,7 +11,7 @@ commit (:class:`~pgwire_cdc.delta.positions.Commit`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
@@ -20,7 +20,8 @@ import pyarrow.compute as pc
 from ..errors import ConfigError
 from ..spark.types import spark_schema
 from .positions import Commit
-from .table import open_table, quote_name, sql_string
+from .stores import bucket_of, s3a_conf, spark_path
+from .table import StorageOptions, open_table, quote_name, sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -84,17 +85,20 @@ class Writer(Protocol):
 
 
 class DeltaRsWriter:
-    """Commits through the ``deltalake`` package (delta-rs)."""
+    """Commits through the ``deltalake`` package (delta-rs). ``storage_options``: for
+    tables on an object store (None: from the environment). Commits go through delta-rs's
+    conditional put on S3, which this writer leaves on."""
 
     name = "delta-rs"
 
-    def __init__(self) -> None:
+    def __init__(self, storage_options: StorageOptions = None) -> None:
         try:
             import deltalake  # noqa: F401
         except ImportError as e:
             raise ConfigError(
                 "the delta-rs writer needs the deltalake package: pip install 'deltalake>=1.6'"
             ) from e
+        self.storage_options = dict(storage_options) if storage_options is not None else None
 
     @staticmethod
     def _properties(commit: Commit | None) -> Any:
@@ -111,13 +115,15 @@ class DeltaRsWriter:
     def create(self, path: str, schema: pa.Schema) -> None:
         from deltalake import write_deltalake
 
-        write_deltalake(path, schema.empty_table(), mode="append")
+        write_deltalake(
+            path, schema.empty_table(), mode="append", storage_options=self.storage_options
+        )
 
     def add_columns(self, path: str, fields: list[pa.Field]) -> None:
         from deltalake import DeltaTable, Schema
 
         delta_fields = Schema.from_arrow(pa.schema(fields)).fields
-        DeltaTable(path).alter.add_columns(delta_fields)
+        DeltaTable(path, storage_options=self.storage_options).alter.add_columns(delta_fields)
 
     def merge(
         self, path: str, source: pa.Table, keys: list[str], truncate: bool, commit: Commit
@@ -125,7 +131,7 @@ class DeltaRsWriter:
         from deltalake import DeltaTable
 
         clauses = merge_clauses(source_columns(source), keys, unchanged_names(source))
-        merger = DeltaTable(path).merge(
+        merger = DeltaTable(path, storage_options=self.storage_options).merge(
             source,
             predicate=clauses["on"],
             source_alias="s",
@@ -150,18 +156,31 @@ class DeltaRsWriter:
         properties = self._properties(commit)
         if mode == "overwrite":
             write_deltalake(
-                path, table, mode="overwrite", schema_mode="overwrite", commit_properties=properties
+                path,
+                table,
+                mode="overwrite",
+                schema_mode="overwrite",
+                commit_properties=properties,
+                storage_options=self.storage_options,
             )
         else:
-            write_deltalake(path, table, mode="append", commit_properties=properties)
+            write_deltalake(
+                path,
+                table,
+                mode="append",
+                commit_properties=properties,
+                storage_options=self.storage_options,
+            )
 
 
 class SparkWriter:
-    """Commits through Spark's ``MERGE INTO`` and DataFrame writer (delta-spark)."""
+    """Commits through Spark's ``MERGE INTO`` and DataFrame writer (delta-spark). Paths
+    reach Spark as :func:`~pgwire_cdc.delta.stores.spark_path` maps them (``s3://`` as
+    ``s3a://``); ``storage_options`` are delta-rs's, for the reads of the tables' logs."""
 
     name = "spark"
 
-    def __init__(self, spark: SparkSession | None) -> None:
+    def __init__(self, spark: SparkSession | None, storage_options: StorageOptions = None) -> None:
         if spark is None:
             raise ConfigError(
                 "writer='spark' needs a SparkSession with Delta Lake: pass "
@@ -169,7 +188,18 @@ class SparkWriter:
                 "delta-spark jars and DeltaSparkSessionExtension"
             )
         self.spark = spark
+        self.storage_options = dict(storage_options) if storage_options is not None else None
         self._view = 0
+
+    def configure_store(self, path: str, storage_options: Mapping[str, str]) -> None:
+        """Sets the S3A settings of ``path``'s bucket that match delta-rs's
+        ``storage_options`` on the session (nothing for a path not on S3). They take
+        effect when the session first opens the bucket."""
+        bucket = bucket_of(path)
+        if bucket is None:
+            return
+        for key, value in s3a_conf(storage_options, bucket=bucket, prefix="").items():
+            self.spark.conf.set(key, value)
 
     def _frame(self, table: pa.Table) -> DataFrame:
         return self.spark.createDataFrame(table, schema=spark_schema(table.schema))
@@ -184,14 +214,15 @@ class SparkWriter:
         if any(set(name) & set(" ,;{}()\n\t=") for name in schema.names):
             # Delta Spark takes such column names only with column mapping.
             writer = writer.option("delta.columnMapping.mode", "name")
-        writer.save(path)
+        writer.save(spark_path(path))
 
     def add_columns(self, path: str, fields: list[pa.Field]) -> None:
         columns = ", ".join(
             f"{quote_name(f.name)} {spark_schema(pa.schema([f]))[0].dataType.simpleString()}"
             for f in fields
         )
-        self.spark.sql(f"ALTER TABLE delta.{quote_name(path)} ADD COLUMNS ({columns})")
+        target = quote_name(spark_path(path))
+        self.spark.sql(f"ALTER TABLE delta.{target} ADD COLUMNS ({columns})")
 
     def _confs(self, commit: Commit | None) -> dict[str, str | None]:
         if commit is None:
@@ -227,7 +258,8 @@ class SparkWriter:
         names = ", ".join(clauses["insert"])
         values = ", ".join(clauses["insert"].values())
         sql = (
-            f"MERGE INTO delta.{quote_name(path)} t USING {view} s ON {clauses['on']} "
+            f"MERGE INTO delta.{quote_name(spark_path(path))} t USING {view} s "
+            f"ON {clauses['on']} "
             "WHEN MATCHED AND s._delete THEN DELETE "
             f"WHEN MATCHED THEN UPDATE SET {update} "
             f"WHEN NOT MATCHED AND NOT s._delete THEN INSERT ({names}) VALUES ({values})"
@@ -240,7 +272,7 @@ class SparkWriter:
             self.spark.catalog.dropTempView(view)
 
     def write(self, path: str, table: pa.Table, mode: str, commit: Commit | None) -> None:
-        if open_table(path) is None:
+        if open_table(path, self.storage_options) is None:
             self.create(path, table.schema)
         self.save(self._frame(table), path, mode, commit)
 
@@ -256,7 +288,7 @@ class SparkWriter:
             meta = commit.metadata()
             if meta:
                 writer = writer.option("userMetadata", meta)
-        writer.save(path)
+        writer.save(spark_path(path))
 
 
 def source_columns(source: pa.Table) -> list[str]:
@@ -265,12 +297,16 @@ def source_columns(source: pa.Table) -> list[str]:
     return list(names[: names.index("_delete")] if "_delete" in names else names)
 
 
-def writer_for(writer: str | Writer, spark: SparkSession | None = None) -> Writer:
+def writer_for(
+    writer: str | Writer,
+    spark: SparkSession | None = None,
+    storage_options: StorageOptions = None,
+) -> Writer:
     """The writer named ``writer`` (one of :data:`WRITERS`), or ``writer`` itself."""
     if not isinstance(writer, str):
         return writer
     if writer == "delta-rs":
-        return DeltaRsWriter()
+        return DeltaRsWriter(storage_options)
     if writer == "spark":
-        return SparkWriter(spark)
+        return SparkWriter(spark, storage_options)
     raise ConfigError(f"unknown Delta writer {writer!r}: use one of {', '.join(WRITERS)}")
