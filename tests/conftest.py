@@ -4,8 +4,9 @@
 - `pg`: parametrized over both servers (ids ``pg15`` / ``pg18``).
 - `db`: a fresh database on `pg` with an autocommit psycopg 3 connection; dropped afterwards
   (together with its replication slots and prepared transactions).
-- `spark`: one local Spark session (UTC, Arrow on, Delta Lake configured) for the whole
-  run, started the first time a test asks.
+- `spark`: Spark (UTC, Arrow on, Delta Lake configured), parametrized: one classic
+  ``local[2]`` session and one Spark Connect session on a local Connect server (ids
+  ``classic`` / ``connect``), each started the first time a test asks.
 
 Tests that use a server are marked ``server`` automatically, so ``pytest -m "not server"``
 runs only the offline suites.
@@ -102,7 +103,7 @@ def db(pg: PgCluster) -> Iterator[Database]:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def classic_spark() -> Iterator[Any]:
     """A real local Spark session (PySpark 4, the JVM from the machine's Java 17)."""
     import os
 
@@ -126,6 +127,68 @@ def spark() -> Iterator[Any]:
         yield spark
     finally:
         spark.stop()
+
+
+#: PySpark marks a process as a Spark Connect client with this variable once it creates a
+#: Connect session; `pyspark.sql.functions` and the session builder follow it. The `spark`
+#: fixture sets it only while a test runs against the Connect session, so classic tests (and
+#: the Spark programs tests start) stay classic.
+CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
+
+
+@pytest.fixture(scope="session")
+def connect_spark() -> Iterator[Any]:
+    """A Spark Connect session (``pgwire_cdc.spark.session(remote=...)``) on a Connect
+    server started from the pip pyspark, with Delta Lake: the same Spark, reached the way
+    Databricks serverless and Spark 4 clients reach it."""
+    from pgwire_cdc.spark import session
+    from support.spark_connect import ConnectServer
+
+    server = ConnectServer(
+        "local[2]",
+        {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"},
+        # foreachBatch functions defined in the tests travel by reference to their module.
+        python_path=[str(Path(__file__).resolve().parent)],
+    )
+    server.start()
+    spark = None
+    try:
+        spark = session("pgwire_cdc-tests", delta=True, remote=server.url)
+        os.environ.pop(CONNECT_MODE, None)
+        yield spark
+    finally:
+        if spark is not None:
+            os.environ[CONNECT_MODE] = "1"
+            spark.stop()
+        os.environ.pop(CONNECT_MODE, None)
+        server.stop()
+
+
+SPARK_MODES = ("classic", "connect")
+
+
+@pytest.fixture
+def spark_in(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``spark_in("classic" | "connect")``: that shared session, for tests that choose a
+    Spark by a parameter of their own."""
+
+    def get(mode: str) -> Any:
+        if mode == "classic":
+            monkeypatch.delenv(CONNECT_MODE, raising=False)
+            return request.getfixturevalue("classic_spark")
+        assert mode == "connect", mode
+        session = request.getfixturevalue("connect_spark")
+        monkeypatch.setenv(CONNECT_MODE, "1")
+        return session
+
+    return get
+
+
+@pytest.fixture(params=SPARK_MODES)
+def spark(request: pytest.FixtureRequest, spark_in: Any) -> Any:
+    """Spark for a test, twice: a classic ``local[2]`` session, and a Spark Connect session
+    on a local Connect server (both shared by the whole run)."""
+    return spark_in(request.param)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -30,6 +30,11 @@ def assert_tables_equal_source(db: Database, path: Path, names: tuple[str, ...] 
         assert delta_rows(path, name) == source_rows(db.conn, name), name
 
 
+#: The writers of the tests that run both, and the Spark session each uses (classic or
+#: Spark Connect; None: delta-rs, no Spark).
+SPARK_MODE_OF = {"delta-rs": None, "spark": "classic", "spark-connect": "connect"}
+
+
 @pytest.fixture
 def workload(db: Database) -> Workload:
     db.conn.execute(SCHEMA)
@@ -121,11 +126,13 @@ def test_a_batch_delivered_again_changes_nothing(
         assert pos is not None and pos.lsn is not None and pos.lsn <= until
 
 
-@pytest.mark.parametrize("writer", ["delta-rs", "spark"])
+@pytest.mark.parametrize("writer", list(SPARK_MODE_OF))
 def test_schema_changes_evolve_the_tables(
-    db: Database, tmp_path: Path, writer: str, request: pytest.FixtureRequest
+    db: Database, tmp_path: Path, writer: str, spark_in: Any
 ) -> None:
-    spark = request.getfixturevalue("spark") if writer == "spark" else None
+    mode = SPARK_MODE_OF[writer]
+    spark = spark_in(mode) if mode else None
+    writer = "spark" if mode else writer
 
     def keep() -> delta.ApplyStats:
         return run(db, tmp_path, writer=writer, spark=spark)
@@ -196,13 +203,15 @@ def test_spark_writer_tables_equal_source(
         assert rows == len(source_rows(db.conn, name)), name
 
 
-@pytest.mark.parametrize("writer", ["delta-rs", "spark"])
+@pytest.mark.parametrize("writer", list(SPARK_MODE_OF))
 def test_odd_names_and_moved_toast(
-    db: Database, tmp_path: Path, writer: str, request: pytest.FixtureRequest
+    db: Database, tmp_path: Path, writer: str, spark_in: Any
 ) -> None:
     """Column names and key values with quotes, spaces and backslashes; rows whose key
     changes with their toasted column left unchanged take it from the old key's row."""
-    spark = request.getfixturevalue("spark") if writer == "spark" else None
+    mode = SPARK_MODE_OF[writer]
+    spark = spark_in(mode) if mode else None
+    writer = "spark" if mode else writer
     db.conn.execute(
         """CREATE TABLE "Odd" ("K'ey \\ x" text PRIMARY KEY, "it's `big`" text, n int);
         ALTER TABLE "Odd" ALTER COLUMN "it's `big`" SET STORAGE EXTERNAL;

@@ -29,22 +29,39 @@ def workload(db: Database) -> Workload:
 
 
 class Sink:
-    """``foreachBatch``: collects each micro-batch's Arrow rows; can fail once on demand."""
+    """``foreachBatch``: keeps each micro-batch's Arrow rows in files of ``folder``; can
+    fail once on demand. Files, because over Spark Connect the function runs in the
+    server's Python, not in this process."""
 
-    def __init__(self, fail_on: int | None = None) -> None:
-        self.batches: list[tuple[int, pa.Table]] = []
+    def __init__(self, folder: Path, fail_on: int | None = None) -> None:
+        self.folder = folder
         self.fail_on = fail_on
+        folder.mkdir(parents=True, exist_ok=True)
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        import uuid
+
+        import pyarrow.feather as feather
+
         table = df.toArrow()
-        if self.fail_on is not None and batch_id == self.fail_on:
-            self.fail_on = None
+        failed = self.folder / "failed"
+        if self.fail_on is not None and batch_id == self.fail_on and not failed.exists():
+            failed.touch()
             raise RuntimeError("the sink fails once")
-        self.batches.append((batch_id, table))
+        feather.write_feather(table, self.folder / f"{batch_id:08d}-{uuid.uuid4().hex}.arrow")
+
+    @property
+    def batches(self) -> list[tuple[int, pa.Table]]:
+        import pyarrow.feather as feather
+
+        return [
+            (int(file.name.split("-")[0]), feather.read_table(file))
+            for file in sorted(self.folder.glob("*.arrow"))
+        ]
 
     def mirror(self) -> Mirror:
         mirror = Mirror()
-        for _, table in sorted(self.batches, key=lambda b: b[0]):
+        for _, table in self.batches:
             mirror.apply({TABLE: table})
         return mirror
 
@@ -85,7 +102,7 @@ def test_available_now_snapshot_changes_and_restart(
     db: Database, spark: Any, workload: Workload, tmp_path: Path
 ) -> None:
     workload.run(30)
-    sink = Sink()
+    sink = Sink(tmp_path / "batches")
     first_end = current_lsn(db)
     start(spark, db, tmp_path, sink, availableNow=True).awaitTermination(240)
     assert sink.batches, "the snapshot micro-batch"
@@ -105,7 +122,7 @@ def test_processing_time_trigger_with_a_failed_batch_replayed(
     db: Database, spark: Any, workload: Workload, tmp_path: Path
 ) -> None:
     workload.run(20)
-    sink = Sink(fail_on=1)
+    sink = Sink(tmp_path / "batches", fail_on=1)
     query = start(spark, db, tmp_path, sink, processingTime="500 milliseconds")
     writer = threading.Thread(target=workload.run, args=(60,))
     writer.start()
@@ -131,12 +148,15 @@ def test_foreach_batch_merges_into_delta(
     fails after its commit) changes nothing."""
     workload.run(30)
     path = str(tmp_path / "lake" / TABLE)
-    calls: list[int] = []
+    calls_dir = tmp_path / "calls"
+    calls_dir.mkdir()
 
     def merge(df: Any, batch_id: int) -> None:
-        delta.merge_changes(df, path, keys=["id"], writer="spark", spark=spark)
-        calls.append(batch_id)
-        if len(calls) == 2:
+        # df.sparkSession: over Spark Connect this runs in the server's Python.
+        delta.merge_changes(df, path, keys=["id"], writer="spark", spark=df.sparkSession)
+        calls = len(list(calls_dir.iterdir()))
+        (calls_dir / f"{calls:04d}-{batch_id}").touch()
+        if calls + 1 == 2:
             raise RuntimeError("failed after the commit: Spark runs the batch again")
 
     register(spark)
@@ -164,6 +184,7 @@ def test_foreach_batch_merges_into_delta(
     workload.run(60)
     run()  # the failed batch
     run()  # ... and the rest
+    calls = [name.name.split("-")[1] for name in calls_dir.iterdir()]
     assert len(calls) > len(set(calls)), "a micro-batch was merged twice"
     table = delta.read_table(path)
     got = sorted((tuple(norm(v) for v in r.values()) for r in table.to_pylist()), key=repr)

@@ -345,6 +345,7 @@ def _compare(
     if use_spark:
         try:
             from ..spark import session as spark_session
+            from ..spark.sessions import is_connect
 
             conf: dict[str, str] = {
                 "spark.ui.enabled": "false",
@@ -352,7 +353,8 @@ def _compare(
             }
             _say("reading the Delta tables with Spark ...")
             spark = spark_session("pgwire_cdc-demo", "local[2]", delta=True, **conf)
-            spark.sparkContext.setLogLevel("ERROR")
+            if not is_connect(spark):  # ($SPARK_REMOTE) a server keeps its own log level
+                spark.sparkContext.setLogLevel("ERROR")
         except ImportError:
             _say("pyspark is not installed: reading the Delta tables with pyarrow")
     details: dict[str, dict[str, Any]] = {}
