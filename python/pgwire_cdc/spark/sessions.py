@@ -3,7 +3,7 @@ Lake's jars on request) and :func:`register` (the ``pgwire_cdc`` data source).""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ..errors import ConfigError
 from .jars import DELTA_SPARK_PACKAGE
@@ -45,23 +45,36 @@ def delta_jars() -> list[str]:
 
 
 def session(
-    app_name: str = "pgwire_cdc", master: str = "local[*]", delta: bool = False, **conf: str
+    app_name: str = "pgwire_cdc",
+    master: str = "local[*]",
+    delta: bool = False,
+    remote: str | None = None,
+    **conf: str,
 ) -> SparkSession:
     """A Spark session set up the way the hand-off expects: UTC session time zone and
-    Arrow transfers on. For a local master, Spark's Python workers run this interpreter
-    (``spark.pyspark.python``), so they import pgwire_cdc without an activated virtual
-    environment; executors of a cluster need the package installed.
+    Arrow transfers on. For a local master, or a standalone master on this machine
+    (:func:`on_this_machine`), Spark's Python workers run this interpreter
+    (``spark.pyspark.python``) unless ``$PYSPARK_PYTHON`` names one, so they import
+    pgwire_cdc without an activated virtual environment; executors elsewhere need the
+    package installed (docs/spark.md, "Running on a cluster").
 
     The ``pgwire_cdc`` data source is registered on it (:func:`register`).
     ``delta=True`` configures Delta Lake: the jars of ``$PGWIRE_CDC_DELTA_JARS`` when set
     (``pgwire-cdc jars DIR``), else ``spark.jars.packages`` resolves ``DELTA_SPARK_PACKAGE`` from
     Maven Central (a :class:`ConfigError` naming ``pgwire-cdc jars`` when that fails),
     plus Delta's SQL extension and catalog. Extra ``conf`` entries
-    (``**{"spark.key": "value"}``) are passed through."""
+    (``**{"spark.key": "value"}``) are passed through.
+
+    ``remote="sc://host:port"`` (or ``$SPARK_REMOTE``) returns a Spark Connect session
+    instead, set up the same way where a client can (:func:`connect_session`)."""
     import os
     import sys
 
     from pyspark.sql import SparkSession
+
+    remote = remote or os.environ.get("SPARK_REMOTE")
+    if remote:
+        return connect_session(remote, app_name, delta=delta, **conf)
 
     builder = (
         SparkSession.builder.appName(app_name)
@@ -69,11 +82,15 @@ def session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )
-    if master.startswith("local"):
+    if master.startswith("local") or on_this_machine(master):
         # PySpark reads the variable (RDD functions) and the JVM the setting (SQL UDFs,
-        # data sources); a choice the user made already stays.
+        # data sources); a choice the user made already stays. A standalone master on
+        # this machine: its executors can run this interpreter too.
         python = os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        builder = builder.config("spark.pyspark.python", python)
+        builder = builder.config("spark.pyspark.python", python).config(
+            "spark.pyspark.driver.python", os.environ.get("PYSPARK_DRIVER_PYTHON", sys.executable)
+        )
+    if master.startswith("local"):
         # One machine: a few shuffle partitions, not 200 (nor Delta's 50 for its log).
         builder = builder.config("spark.sql.shuffle.partitions", "4")
         builder = builder.config("spark.databricks.delta.snapshotPartitions", "2")
@@ -107,6 +124,50 @@ def session(
     return spark
 
 
+def on_this_machine(master: str) -> bool:
+    """Whether ``master`` is a standalone master (``spark://host:port``, or several
+    comma-separated) running on this machine: each host a loopback address or an address
+    of this host."""
+    import ipaddress
+    import socket
+
+    if not master.startswith("spark://"):
+        return False
+
+    def addresses(host: str) -> set[str]:
+        return {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
+
+    try:
+        here = addresses(socket.gethostname())
+        for part in master.removeprefix("spark://").split(","):
+            host = part.rsplit(":", 1)[0].strip("[]")
+            if not all(ipaddress.ip_address(a).is_loopback or a in here for a in addresses(host)):
+                return False
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def missing_package_error(error: BaseException) -> ConfigError | None:
+    """What to do when Spark failed because one of its Python workers cannot import
+    pgwire_cdc (``ModuleNotFoundError`` from the driver's planner, or from an executor's
+    task); None for any other error."""
+    text = str(error)
+    if "No module named 'pgwire_cdc'" not in text:
+        return None
+    where = (
+        "the driver's planner (spark.pyspark.python, else $PYSPARK_PYTHON, else python3)"
+        if "PYTHON_DATA_SOURCE_ERROR" in text
+        else "the executors"
+    )
+    return ConfigError(
+        f"Spark's Python workers cannot import pgwire_cdc: {where} run a Python without it. "
+        "Point spark.pyspark.python at a Python that has the pgwire-cdc wheel on every "
+        "machine (session() does for a local master and a standalone master on this "
+        "machine), or ship a packed environment (docs/spark.md, 'Running on a cluster')"
+    )
+
+
 def register(spark: SparkSession) -> None:
     """Registers the ``pgwire_cdc`` data source on ``spark``: ``spark.read`` (a table
     read by Spark tasks under one snapshot, :mod:`pgwire_cdc.spark.snapshot`) and
@@ -122,3 +183,118 @@ def register(spark: SparkSession) -> None:
         # let a session register a source of the same name over it: it is there.
         if e.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
             raise
+
+
+def connect_session(
+    remote: str, app_name: str = "pgwire_cdc", delta: bool = False, **conf: str
+) -> SparkSession:
+    """A Spark Connect session to ``remote`` (``sc://host:port``) set up as :func:`session`
+    sets up a classic one, where a client can: UTC session time zone and Arrow transfers
+    (session settings); the server's jars, SQL extensions and Python are the server's own.
+
+    Checked at once, so that a misconfigured server fails here rather than in the middle
+    of a pipeline (:func:`check_server`): the server's Python workers import pgwire_cdc in
+    the client's Python minor version (data sources and ``foreachBatch`` functions travel
+    pickled by reference), and with ``delta=True`` the server has Delta Lake's SQL
+    extension."""
+    import os
+
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    # What `SparkSession.builder.remote(...)` does, less its refusal when this process
+    # also runs a classic session: PySpark's functions follow this variable.
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    builder = ConnectSession.builder.remote(remote).appName(app_name)
+    settings = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        **conf,
+    }
+    # The Connect session is not a subclass of the classic one; it has the same API less
+    # the JVM-only parts, which nothing in this package uses.
+    spark = cast("SparkSession", builder.getOrCreate())
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    check_server(spark, delta=delta)
+    register(spark)
+    return spark
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session (it is not a subclass of the classic
+    one, and has no ``sparkContext``)."""
+    try:
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+    except ImportError:  # the client extras (grpcio, ...) are not installed
+        return False
+    return isinstance(spark, ConnectSession)
+
+
+def check_server(spark: SparkSession, delta: bool = False) -> None:
+    """Raises :class:`ConfigError` with what to do when the Spark server behind ``spark``
+    cannot run pgwire_cdc's Python code: its Python workers must import pgwire_cdc, in the
+    same Python minor version as this process; with ``delta=True``, it must have Delta
+    Lake's SQL extension. Runs one one-row job."""
+    import sys
+
+    from pyspark.errors import PySparkException
+    from pyspark.sql.functions import udf
+
+    here = "{}.{}".format(*sys.version_info[:2])
+    try:
+        (row,) = spark.range(1).select(udf(_server_python, "string")().alias("v")).collect()
+    except PySparkException as e:
+        text = str(e)
+        if "PYTHON_VERSION_MISMATCH" in text or "Python in worker has different version" in text:
+            raise ConfigError(
+                f"the Spark server's Python workers run another Python version than this "
+                f"client ({here}); Python data sources and foreachBatch functions need the "
+                "same minor version on both sides: point the server's spark.pyspark.python "
+                f"(or PYSPARK_PYTHON) at a Python {here} with pgwire_cdc installed, or run "
+                "this client under the server's version"
+            ) from None
+        if "pgwire_cdc" in text and ("ModuleNotFoundError" in text or "No module named" in text):
+            raise ConfigError(
+                "the Spark server's Python workers cannot import pgwire_cdc: install the "
+                "pgwire-cdc wheel into the Python they run (spark.pyspark.python), or ship a "
+                "packed environment (docs/spark.md, 'Running on a cluster')"
+            ) from None
+        raise
+    if row["v"] != here:
+        raise ConfigError(
+            f"the Spark server's Python workers run Python {row['v']}, this client {here}: "
+            "Python data sources and foreachBatch functions need the same minor version"
+        )
+    if delta:
+        extensions = spark.conf.get("spark.sql.extensions", "") or ""
+        if "DeltaSparkSessionExtension" not in extensions:
+            raise ConfigError(
+                "the Spark server has no Delta Lake: start it with the Delta jars (`--packages "
+                f"{DELTA_SPARK_PACKAGE}` or `--jars` from `make jars`) and --conf "
+                "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension --conf "
+                "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog"
+            )
+
+
+def _server_python() -> str:
+    """Run by a server's Python worker: its Python minor version (importing this module
+    there proves pgwire_cdc is installed)."""
+    import sys
+
+    return "{}.{}".format(*sys.version_info[:2])
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """How many tasks Spark runs a leaf scan in by default (``defaultParallelism``: the
+    cores of the cluster, or ``spark.default.parallelism``), on classic and Connect
+    sessions alike: the partition count of a ``range`` without one, which Spark sizes by
+    that number (a Connect client has no ``sparkContext`` to ask)."""
+    from pyspark.sql import functions as F
+
+    (row,) = (
+        spark.range(0, 1 << 16)
+        .select(F.spark_partition_id().alias("p"))
+        .agg(F.max("p").alias("last"))
+        .collect()
+    )
+    return int(row["last"]) + 1
