@@ -17,7 +17,8 @@ from .. import pipeline
 from ..errors import ConfigError
 from ..streaming import StreamOptions
 from ..tables import key_columns
-from .sink import ApplyStats, DeltaSink
+from .catalog import table_ref
+from .sink import DELTA_RS_IN_CATALOG, ApplyStats, DeltaSink
 from .table import base_path
 
 if TYPE_CHECKING:
@@ -30,23 +31,48 @@ log = logging.getLogger("pgwire_cdc")
 
 def apply(
     batch: Batch,
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | None = None,
     writer: str = "delta-rs",
     spark: SparkSession | None = None,
     storage_options: Mapping[str, str] | None = None,
+    *,
+    catalog: str | None = None,
+    schema: str | None = None,
+    table_name: Callable[[str], str] | None = None,
 ) -> ApplyStats:
-    """Commits one ``stream()`` batch to the Delta tables under ``path``; the caller acks
-    the batch after this returns."""
-    return DeltaSink(path, writer, spark, storage_options=storage_options).apply(batch)
+    """Commits one ``stream()`` batch to the Delta tables under ``path`` (or, with
+    ``schema``, in a Spark catalog: see :func:`run`); the caller acks the batch after this
+    returns."""
+    _need_target(path, schema)
+    sink = DeltaSink(
+        path,
+        writer,
+        spark,
+        storage_options=storage_options,
+        catalog=catalog,
+        schema=schema,
+        table_name=table_name,
+    )
+    return sink.apply(batch)
+
+
+def _need_target(path: str | os.PathLike[str] | None, schema: str | None) -> None:
+    if path is None and schema is None:
+        raise ConfigError(
+            "give the tables' place: a path (a directory or object-store URI), or "
+            "schema= for tables in a Spark catalog (writer='spark')"
+        )
 
 
 def merge_changes(
     changes: DataFrame | pa.Table,
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | None = None,
     keys: Sequence[str] | None = None,
     writer: str = "spark",
     spark: SparkSession | None = None,
     storage_options: Mapping[str, str] | None = None,
+    *,
+    table: str | None = None,
 ) -> ApplyStats:
     """MERGEs a Spark DataFrame (or Arrow table) of changes of one table — the rows the
     ``format("pgwire_cdc")`` streaming source yields, complete transactions — into the
@@ -54,31 +80,44 @@ def merge_changes(
     ``foreachBatch``: a micro-batch run again after a failure is skipped row by row
     against the table's recorded position, so it is idempotent.
 
+    ``table`` instead of ``path``: a table in a Spark catalog, named as Spark SQL names it
+    (``catalog.schema.table``, parts in backticks where needed); created, managed by the
+    catalog, when it does not exist. Spark writer only.
+
     ``keys``: the table's replica-identity key columns (an empty list for a table without
     one, kept as a multiset). A Spark DataFrame does not carry them; a change table from
     ``stream()`` does, and then they may be left out."""
+    if (path is None) == (table is None):
+        raise ConfigError("merge_changes() takes the Delta table's path or table=, one of them")
+    if table is not None and writer != "spark":
+        raise ConfigError(DELTA_RS_IN_CATALOG)
     if isinstance(changes, pa.Table):
-        table = changes
+        rows = changes
     else:
         spark = spark or changes.sparkSession
-        table = changes.toArrow()
+        rows = changes.toArrow()
     if keys is not None:
-        table = _with_keys(table, list(keys))
+        rows = _with_keys(rows, list(keys))
     elif (
-        key_columns(table) is None
-        and (table.schema.metadata or {}).get(b"pg_replica_identity") is None
+        key_columns(rows) is None
+        and (rows.schema.metadata or {}).get(b"pg_replica_identity") is None
     ):
         raise ConfigError(
             "merge_changes() needs keys=[...]: the table's replica-identity key columns "
             "(keys=[] for a REPLICA IDENTITY FULL table without a key)"
         )
-    if table.num_rows == 0:
+    if rows.num_rows == 0:
         return ApplyStats(batches=1)
-    target = base_path(path)
-    sink = DeltaSink(os.path.dirname(target), writer, spark, storage_options=storage_options)
+    if table is not None:
+        target = table_ref(table)
+        sink = DeltaSink(None, writer, spark, storage_options=storage_options)
+    else:
+        assert path is not None
+        target = base_path(path)
+        sink = DeltaSink(os.path.dirname(target), writer, spark, storage_options=storage_options)
     # Complete transactions: the batch's LSN lies past every commit in it.
-    lsn = int(pc.max(table["_commit_lsn"]).as_py()) + 1
-    return sink.apply_table(target, table, lsn)
+    lsn = int(pc.max(rows["_commit_lsn"]).as_py()) + 1
+    return sink.apply_table(target, rows, lsn)
 
 
 def _with_keys(table: pa.Table, keys: list[str]) -> pa.Table:
@@ -99,8 +138,11 @@ def _with_keys(table: pa.Table, keys: list[str]) -> pa.Table:
 
 def run(
     dsn: str,
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | None = None,
     *,
+    catalog: str | None = None,
+    schema: str | None = None,
+    table_name: Callable[[str], str] | None = None,
     publication: str = "pgwire_cdc",
     slot: str = "pgwire_cdc_slot",
     tables: Iterable[str] | None = None,
@@ -118,8 +160,25 @@ def run(
     ``path`` may be an object-store location (``s3://bucket/prefix``); ``storage_options``
     are delta-rs's for it (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...; None: the
     environment's), given to the Spark writer's session too (see
-    :mod:`~pgwire_cdc.delta.stores`)."""
-    sink = DeltaSink(path, writer, spark, on_step=on_step, storage_options=storage_options)
+    :mod:`~pgwire_cdc.delta.stores`).
+
+    Tables in a Spark catalog instead (``writer="spark"``): ``schema`` names the catalog
+    schema (created when missing) of ``catalog`` (None: the session's current catalog);
+    each source table ``s.t`` becomes ``catalog.schema.s_t`` in lower case, every
+    character other than ``a-z``, ``0-9`` and ``_`` written ``_``, or
+    ``table_name("s.t")`` when given. The catalog places the tables (managed tables);
+    with ``path`` too, they are external tables at :func:`table_path` under it."""
+    _need_target(path, schema)
+    sink = DeltaSink(
+        path,
+        writer,
+        spark,
+        on_step=on_step,
+        storage_options=storage_options,
+        catalog=catalog,
+        schema=schema,
+        table_name=table_name,
+    )
     options = StreamOptions(
         publication=publication,
         slot=slot,

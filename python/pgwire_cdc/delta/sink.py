@@ -18,10 +18,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _native
-from ..errors import DeltaError
+from ..errors import ConfigError, DeltaError
 from ..tables import METADATA_COLUMNS, key_columns, mark_unchanged, table_of
+from .catalog import CatalogNames, default_table_name, is_table_name
 from .positions import APP_ID, NO_PROGRESS, PROGRESS_APP_ID, Commit, cut, unapplied
 from .table import (
+    Position,
     StorageOptions,
     base_path,
     data_columns,
@@ -42,6 +44,11 @@ if TYPE_CHECKING:
     from ..streaming import Batch, StreamOptions
 
 log = logging.getLogger("pgwire_cdc")
+
+DELTA_RS_IN_CATALOG = (
+    "tables in a Spark catalog need writer='spark': the delta-rs writer keeps path tables "
+    "only (it cannot register a table in a Spark catalog); give a path instead of schema="
+)
 
 
 @dataclass
@@ -74,20 +81,44 @@ class DeltaSink:
 
     ``storage_options``: delta-rs's options for a ``path`` on an object store (see
     :mod:`~pgwire_cdc.delta.stores`; None: from the environment). With the Spark writer
-    they are also set on the Spark session as S3A settings of the path's bucket."""
+    they are also set on the Spark session as S3A settings of the path's bucket.
+
+    Catalog mode (``schema`` given, Spark writer only): the tables are ``catalog.schema.<
+    table_name(source)>`` in the session's catalog (``catalog`` None: its current one),
+    managed by the catalog, or external tables under ``path`` when it is given too (see
+    :mod:`~pgwire_cdc.delta.catalog`)."""
+
+    #: Catalog mode: how source tables are named in the catalog (None: path tables).
+    names: CatalogNames | None
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | None,
         writer: str | Writer = "delta-rs",
         spark: SparkSession | None = None,
         on_step: Callable[[str], None] | None = None,
         storage_options: Mapping[str, str] | None = None,
+        *,
+        catalog: str | None = None,
+        schema: str | None = None,
+        table_name: Callable[[str], str] | None = None,
     ) -> None:
-        self.path = base_path(path)
+        self.path = base_path(path) if path is not None else None
         self.storage_options = dict(storage_options) if storage_options is not None else None
         self.writer = writer_for(writer, spark, self.storage_options)
-        if isinstance(self.writer, SparkWriter) and self.storage_options is not None:
+        if schema is None:
+            if catalog is not None or table_name is not None:
+                raise ConfigError("catalog= and table_name= name tables in schema=: give it")
+            self.names = None
+        elif not isinstance(self.writer, SparkWriter):
+            raise ConfigError(DELTA_RS_IN_CATALOG)
+        else:
+            self.names = CatalogNames(catalog, schema, table_name or default_table_name)
+        if (
+            isinstance(self.writer, SparkWriter)
+            and self.storage_options is not None
+            and self.path is not None
+        ):
             self.writer.configure_store(self.path, self.storage_options)
         self._on_step = on_step or (lambda _step: None)
         # Tables the initial snapshot in progress has written (their first part replaced
@@ -106,7 +137,38 @@ class DeltaSink:
         self._progress: dict[str, Any] = {}
 
     def table_path(self, name: str) -> str:
-        return table_path(self.path, name)
+        """The reference of the source table ``name``'s Delta table: its path under
+        ``path``, or in catalog mode its quoted catalog name (an external table at that
+        path when ``path`` is given too)."""
+        if self.names is None:
+            if self.path is None:
+                raise ConfigError("this Delta sink has no path: name the table itself")
+            return table_path(self.path, name)
+        ref = self.names.ref(name)
+        if self.path is not None and isinstance(self.writer, SparkWriter):
+            self.writer.external[ref] = table_path(self.path, name)
+        return ref
+
+    def _where(self, path: str) -> str | None:
+        """Where the table ``path`` (a reference) keeps its files, for delta-rs to read:
+        a path itself, a catalog table's location (None while the table does not
+        exist)."""
+        if not is_table_name(path):
+            return path
+        if not isinstance(self.writer, SparkWriter):
+            raise ConfigError(DELTA_RS_IN_CATALOG)
+        return self.writer.location(path)
+
+    def _open(self, path: str) -> Any:
+        where = self._where(path)
+        return None if where is None else open_table(where, self.storage_options)
+
+    def _position(self, path: str) -> Position | None:
+        where = self._where(path)
+        return None if where is None else position(where, self.storage_options)
+
+    def _read(self, path: str, where: str | None = None) -> pa.Table:
+        return read_table(self._where(path) or path, where, self.storage_options)
 
     def held_tables(
         self, published: Iterable[str] | None = None, slot_exists: bool = False
@@ -120,15 +182,16 @@ class DeltaSink:
         names = sorted(set(published or ()) | set(self.local_tables()))
         held: dict[str, Any] = {}
         for name in names:
-            pos = position(self.table_path(name), self.storage_options)
+            pos = self._position(self.table_path(name))
             if pos is None:
                 continue
             held[name] = None if pos.progress is NO_PROGRESS else pos.progress
             # Kept, and recorded again with the table's next commit (see position()).
             self._progress[name] = held[name]
         if slot_exists and not held:
+            where = f"in {self.names.schema_ref()}" if self.names else f"under {self.path}"
             raise DeltaError(
-                f"the replication slot exists but there is no Delta table under {self.path},"
+                f"the replication slot exists but there is no Delta table {where},"
                 " so the rows from before the slot was created would be missing; drop the"
                 " slot (pg_drop_replication_slot) to start with a new snapshot, or point the"
                 " sink at the directory that used it"
@@ -168,7 +231,7 @@ class DeltaSink:
         partitions = max(1, int(spark.sparkContext.defaultParallelism))
         for name in names:
             path = self.table_path(name)
-            current = position(path, self.storage_options)
+            current = self._position(path)
             if current is not None and current.lsn is not None and current.lsn > consistent_point:
                 raise DeltaError(
                     f"{name}: the Delta table at {path} holds changes up to a later LSN than "
@@ -178,7 +241,7 @@ class DeltaSink:
             with _connect(dsn) as conn:
                 info = spark_snapshot.describe(conn, name, publication)
             schema = delta_shape(spark_snapshot.data_schema(info).empty_table()).schema
-            if open_table(path, self.storage_options) is None:
+            if self._open(path) is None:
                 writer.create(path, schema)
             reader = (
                 spark.read.format("pgwire_cdc")
@@ -205,14 +268,15 @@ class DeltaSink:
         that do not exist yet, with the change tables' data columns."""
         for name, schema in schemas.items():
             path = self.table_path(name)
-            if open_table(path, self.storage_options) is None:
+            if self._open(path) is None:
                 data = pa.schema([f for f in schema if f.name not in METADATA_COLUMNS])
                 self.writer.create(path, delta_shape(data.empty_table()).schema)
         self.missing = [name for name in self.missing if name not in schemas]
 
     def local_tables(self) -> list[str]:
-        """The source tables with a Delta table in a local ``path``."""
-        if not os.path.isdir(self.path):
+        """The source tables with a Delta table in a local ``path`` (none in catalog
+        mode)."""
+        if self.names is not None or self.path is None or not os.path.isdir(self.path):
             return []
         return sorted(
             unquote(entry.name)
@@ -252,7 +316,7 @@ class DeltaSink:
             if batch.snapshot:
                 if name not in self._snapshot_written:
                     self._empty_for_snapshot(name)
-            elif open_table(path, self.storage_options) is None:
+            elif self._open(path) is None:
                 self.missing.append(name)
             else:
                 progress = batch.snapshot_progress[name]
@@ -267,14 +331,14 @@ class DeltaSink:
         last chunk was empty, or the copy completed after it) in a commit of its own,
         unless the table already holds commits of a later batch (this one is delivered
         again)."""
-        table = open_table(path, self.storage_options)
+        table = self._open(path)
         if table is None:
             self.missing.append(name)
             return
         done = (table.transaction_version(PROGRESS_APP_ID), table.transaction_version(APP_ID))
         if any(v is not None and v >= lsn for v in done):
             return
-        rows = read_table(path, "false", self.storage_options)
+        rows = self._read(path, "false")
         self.writer.write(path, rows, "append", Commit(PROGRESS_APP_ID, lsn, progress))
         self._progress[name] = progress
         stats.commits += 1
@@ -288,7 +352,7 @@ class DeltaSink:
         if name in self._snapshot_written:
             self.writer.write(path, rows, "append", None)
         else:
-            current = position(path, self.storage_options)
+            current = self._position(path)
             if current is not None and current.lsn is not None and lsn is not None:
                 if current.lsn > lsn:
                     raise DeltaError(
@@ -308,23 +372,26 @@ class DeltaSink:
 
     def _empty_for_snapshot(self, name: str) -> None:
         path = self.table_path(name)
-        table = open_table(path, self.storage_options)
+        table = self._open(path)
         self._snapshot_written.add(name)
         if table is None:
             self.missing.append(name)
             return
-        rows = read_table(path, "false", self.storage_options)
+        rows = self._read(path, "false")
         self.writer.write(path, rows, "overwrite", None)
         self._positions.pop(path, None)
         self._progress[name] = None
 
     def apply_table(self, path: str | os.PathLike[str], changes: pa.Table, lsn: int) -> ApplyStats:
-        """Commits one change table to the Delta table at ``path`` (any table path, made
-        absolute), skipping the rows at or below the table's recorded position; ``lsn``:
-        everything committed before it is in ``changes`` or earlier (a batch's LSN)."""
-        target = base_path(path)
+        """Commits one change table to the Delta table ``path`` (any table path, made
+        absolute, or a catalog table's reference: :func:`~pgwire_cdc.delta.catalog.table_ref`),
+        skipping the rows at or below the table's recorded position; ``lsn``: everything
+        committed before it is in ``changes`` or earlier (a batch's LSN)."""
+        given = os.fspath(path)
+        target = given if is_table_name(given) else base_path(given)
+        name = target if is_table_name(target) else os.path.basename(target)
         stats = ApplyStats(batches=1)
-        self._changes(os.path.basename(target), changes, lsn, NO_PROGRESS, stats, path=target)
+        self._changes(name, changes, lsn, NO_PROGRESS, stats, path=target)
         return stats
 
     def _changes(
@@ -344,11 +411,11 @@ class DeltaSink:
             self._progress[name] = progress
         table = None
         if path not in self._positions:
-            table = open_table(path, self.storage_options)
+            table = self._open(path)
             self._positions[path] = table.transaction_version(APP_ID) if table else None
         current = self._positions[path]
         if changes.num_rows:
-            opened = table or open_table(path, self.storage_options)
+            opened = table or self._open(path)
             kept = unapplied(
                 changes,
                 current,
@@ -357,7 +424,7 @@ class DeltaSink:
             stats.skipped += changes.num_rows - kept.num_rows
             changes = kept
         if changes.num_rows == 0:
-            if progress is not NO_PROGRESS and open_table(path, self.storage_options) is None:
+            if progress is not NO_PROGRESS and self._open(path) is None:
                 self.missing.append(name)
             elif given is not NO_PROGRESS and given != known:
                 self._record_progress(name, path, given, lsn, stats)
@@ -373,21 +440,23 @@ class DeltaSink:
         changes = delta_shape(changes)
         columns = data_columns(changes)
         keys = key_columns(changes)
-        table = open_table(path, self.storage_options)
+        table = self._open(path)
         if table is None:
             self.writer.create(path, changes.select(columns).schema)
-            table = open_table(path, self.storage_options)
+            table = self._open(path)
         changes = self._fit(name, path, table, changes, keyed=keys is not None)
         columns = data_columns(changes)
         if keys is None:
-            base = read_table(path, storage_options=self.storage_options).select(columns)
+            base = self._read(path).select(columns)
             base = base.cast(pa.schema([changes.schema.field(c) for c in columns]))
             stream, counts = _native.apply_changes(base, changes, None)
             self.writer.write(path, table_of(stream), "overwrite", commit)
             stats.add({k: v for k, v in counts.items() if k in vars(stats)})
         else:
             stream, counts = _native.reduce_changes(changes, columns, keys)
-            source = fill_moved(path, table_of(stream), keys, self.storage_options)
+            source = fill_moved(
+                self._where(path) or path, table_of(stream), keys, self.storage_options
+            )
             self.writer.merge(path, source, keys, counts["truncated"] > 0, commit)
             stats.add({k: v for k, v in counts.items() if k in vars(stats)})
         stats.commits += 1
@@ -410,10 +479,10 @@ class DeltaSink:
         ]
         if changed or (not keyed and any(n not in columns for n in have)):
             self._rewrite(name, path, changes, changed, keep=keyed)
-            current = pa.schema(open_table(path, self.storage_options).schema().to_arrow())
+            current = pa.schema(self._open(path).schema().to_arrow())
         elif new:
             self.writer.add_columns(path, new)
-            current = pa.schema(open_table(path, self.storage_options).schema().to_arrow())
+            current = pa.schema(self._open(path).schema().to_arrow())
         missing = [f for f in plain_schema(current) if f.name not in columns]
         if missing and keyed:
             for f in missing:
@@ -427,7 +496,7 @@ class DeltaSink:
     ) -> None:
         """Rewrites the table in the change table's column types (and, for a keyless
         table, its columns: rows matched whole cannot match on a column not carried)."""
-        rows = read_table(path, storage_options=self.storage_options)
+        rows = self._read(path)
         columns = data_columns(changes)
         arrays = []
         fields = []

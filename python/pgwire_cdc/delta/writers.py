@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DeltaError
 from ..spark.types import spark_schema
+from .catalog import is_table_name, split_name
 from .positions import Commit
 from .stores import bucket_of, s3a_conf, spark_path
 from .table import StorageOptions, open_table, quote_name, sql_string
@@ -190,6 +191,9 @@ class SparkWriter:
         self.spark = spark
         self.storage_options = dict(storage_options) if storage_options is not None else None
         self._view = 0
+        #: Catalog tables to create as external tables: reference -> location.
+        self.external: dict[str, str] = {}
+        self._locations: dict[str, str] = {}
 
     def configure_store(self, path: str, storage_options: Mapping[str, str]) -> None:
         """Sets the S3A settings of ``path``'s bucket that match delta-rs's
@@ -204,6 +208,27 @@ class SparkWriter:
     def _frame(self, table: pa.Table) -> DataFrame:
         return self.spark.createDataFrame(table, schema=spark_schema(table.schema))
 
+    def location(self, path: str) -> str | None:
+        """Where the table ``path`` (a path, or a catalog name: see
+        :mod:`~pgwire_cdc.delta.catalog`) keeps its files: a path itself; a catalog table's
+        location as the catalog gives it, None while there is no such table."""
+        if not is_table_name(path):
+            return path
+        if path not in self._locations:
+            if not self.spark.catalog.tableExists(path):
+                return None
+            detail = self.spark.sql(f"DESCRIBE DETAIL {path}").collect()[0]
+            if str(detail["format"]).lower() != "delta":
+                raise DeltaError(f"{path} is a {detail['format']} table, not a Delta table")
+            self._locations[path] = str(detail["location"])
+        return self._locations[path]
+
+    def _sql_table(self, path: str) -> str:
+        """The table ``path`` as Spark SQL names it."""
+        if is_table_name(path):
+            return path
+        return f"delta.{quote_name(spark_path(path))}"
+
     def create(self, path: str, schema: pa.Schema) -> None:
         writer = (
             self._frame(schema.empty_table())
@@ -214,15 +239,22 @@ class SparkWriter:
         if any(set(name) & set(" ,;{}()\n\t=") for name in schema.names):
             # Delta Spark takes such column names only with column mapping.
             writer = writer.option("delta.columnMapping.mode", "name")
-        writer.save(spark_path(path))
+        if not is_table_name(path):
+            writer.save(spark_path(path))
+            return
+        parent = split_name(path)[:-1]
+        if parent:
+            self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {'.'.join(map(quote_name, parent))}")
+        if path in self.external:
+            writer = writer.option("path", spark_path(self.external[path]))
+        writer.saveAsTable(path)
 
     def add_columns(self, path: str, fields: list[pa.Field]) -> None:
         columns = ", ".join(
             f"{quote_name(f.name)} {spark_schema(pa.schema([f]))[0].dataType.simpleString()}"
             for f in fields
         )
-        target = quote_name(spark_path(path))
-        self.spark.sql(f"ALTER TABLE delta.{target} ADD COLUMNS ({columns})")
+        self.spark.sql(f"ALTER TABLE {self._sql_table(path)} ADD COLUMNS ({columns})")
 
     def _confs(self, commit: Commit | None) -> dict[str, str | None]:
         if commit is None:
@@ -258,7 +290,7 @@ class SparkWriter:
         names = ", ".join(clauses["insert"])
         values = ", ".join(clauses["insert"].values())
         sql = (
-            f"MERGE INTO delta.{quote_name(spark_path(path))} t USING {view} s "
+            f"MERGE INTO {self._sql_table(path)} t USING {view} s "
             f"ON {clauses['on']} "
             "WHEN MATCHED AND s._delete THEN DELETE "
             f"WHEN MATCHED THEN UPDATE SET {update} "
@@ -272,7 +304,8 @@ class SparkWriter:
             self.spark.catalog.dropTempView(view)
 
     def write(self, path: str, table: pa.Table, mode: str, commit: Commit | None) -> None:
-        if open_table(path, self.storage_options) is None:
+        where = self.location(path)
+        if where is None or open_table(where, self.storage_options) is None:
             self.create(path, table.schema)
         self.save(self._frame(table), path, mode, commit)
 
@@ -288,7 +321,9 @@ class SparkWriter:
             meta = commit.metadata()
             if meta:
                 writer = writer.option("userMetadata", meta)
-        writer.save(spark_path(path))
+        # A catalog table is written at its location: the same Delta table, and the one
+        # DataFrame write that takes a transaction identifier and a new schema alike.
+        writer.save(spark_path(self.location(path) or path))
 
 
 def source_columns(source: pa.Table) -> list[str]:
