@@ -67,6 +67,7 @@ The modules
 :mod:`~pgwire_cdc.delta.positions` (pure state), :mod:`~pgwire_cdc.delta.table` (paths,
 reading, the stored types, positions read from the log), :mod:`~pgwire_cdc.delta.stores`
 (object stores: the ``s3://``/``s3a://`` mapping and S3A settings),
+:mod:`~pgwire_cdc.delta.catalog` (tables named in a Spark catalog, Spark writer only),
 :mod:`~pgwire_cdc.delta.writers` (the :class:`Writer` protocol and both writers),
 :mod:`~pgwire_cdc.delta.sink`
 (:class:`DeltaSink`) and :mod:`~pgwire_cdc.delta.api` (:func:`run`, :func:`apply`,
