@@ -1165,6 +1165,12 @@ def copy_slot(conn: Connection, src: str, dst: str, temporary: bool = False) -> 
 
 
 def _invalid_reason(info: SlotInfo) -> str:
+    if info.invalidation_reason == "idle_timeout":
+        return (
+            "invalidation_reason = idle_timeout: no consumer streamed from it for longer than"
+            " the server's idle_replication_slot_timeout; keep the consumer's pauses shorter"
+            " or raise that setting (0: off) before the new slot is made"
+        )
     if info.invalidation_reason is not None:
         return f"invalidation_reason = {info.invalidation_reason}"
     if info.wal_status == "lost":

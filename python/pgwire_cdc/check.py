@@ -62,6 +62,7 @@ def run_checks(
                 "PostgreSQL 15 / 16; older servers use protocol 1-2",
             )
         )
+    out += _idle_slot_timeout(conn)
     for name in found.created:
         out.append(
             Finding(
@@ -95,6 +96,28 @@ def run_checks(
             )
     out += [_finding(p) for p in found.problems]
     return out
+
+
+def _idle_slot_timeout(conn: psycopg.Connection[Any]) -> list[Finding]:
+    """PostgreSQL 18's ``idle_replication_slot_timeout``, when set: a slot without a
+    consumer for that long is invalidated at the next checkpoint."""
+    row = conn.execute(
+        "SELECT setting::bigint FROM pg_settings WHERE name = 'idle_replication_slot_timeout'"
+    ).fetchone()
+    seconds = int(row[0]) if row and row[0] else 0
+    if seconds <= 0:
+        return []
+    return [
+        Finding(
+            "info",
+            "server",
+            "idle_replication_slot_timeout",
+            f"is {seconds} s: a slot no consumer streams from for longer is invalidated at"
+            " the next checkpoint, and its consumer must start over with a new slot and a new"
+            " snapshot. A running stream keeps its slot active; keep every pause of the"
+            " consumer (deploys, maintenance, outages) shorter, or raise the setting (0: off)",
+        )
+    ]
 
 
 def _finding(problem: admin.Problem) -> Finding:

@@ -275,7 +275,13 @@ def cmd_stream(args: argparse.Namespace) -> int:
         "spill_dir": args.spill_dir,
         "spill_threshold": args.spill_threshold_mb << 20,
         "chunk_rows": args.chunk_rows,
+        "heartbeat_interval": args.heartbeat_interval,
     }
+    if args.metrics_port is not None:
+        from . import metrics
+
+        metrics.serve(args.metrics_port)
+        log.info("metrics on http://127.0.0.1:%d/metrics", args.metrics_port)
     started = time.monotonic()
     if args.delta:
         from . import delta
@@ -566,6 +572,20 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive(int, zero=True),
         default=64,
         help="MB of held transaction changes kept in memory (default 64)",
+    )
+    p.add_argument(
+        "--heartbeat-interval",
+        type=_positive(float),
+        metavar="SECONDS",
+        help="while no change comes, write a heartbeat message into the WAL this often, so "
+        "the slot moves on a database that writes nothing itself (default: none)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=_positive(int),
+        metavar="PORT",
+        help="serve Prometheus metrics on http://127.0.0.1:PORT/metrics (needs the "
+        "prometheus_client package: pip install 'pgwire-cdc[metrics]')",
     )
     json_flag(p, "the summary")
     p.set_defaults(func=cmd_stream)

@@ -11,7 +11,9 @@ drives one in a fixed order:
 3. for each batch of ``stream()``: :meth:`Sink.apply`; then the tables a snapshot
    reported complete that the sink has no table for (:meth:`Sink.missing_tables`, source
    tables without rows) are created from their change-table schemas
-   (:meth:`Sink.create_tables`); then the batch is acked, and ``on_batch`` called.
+   (:meth:`Sink.create_tables`); then the batch is acked (the time all this took goes to
+   ``pgwire_cdc_apply_seconds`` once :mod:`pgwire_cdc.metrics` is on), and ``on_batch``
+   called.
 
 The slot advances only past batches the sink has made durable, tables included.
 """
@@ -19,6 +21,7 @@ The slot advances only past batches the sink has made durable, tables included.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -110,6 +113,7 @@ def run(
     """Streams into ``sink`` until the stream ends (see the module documentation);
     ``on_batch(batch, result)`` after each batch is acked, with what :meth:`Sink.apply`
     returned. Returns the number of batches."""
+    from . import metrics
     from .streaming import stream
 
     held = options.held_tables
@@ -119,13 +123,18 @@ def run(
         held = dict(found) if found is not None else None
     reader = options.snapshot_reader or sink.snapshot_reader(dsn, options)
     options = dataclasses.replace(options, held_tables=held, snapshot_reader=reader)
+    recorder = metrics.active()
+    apply_seconds = recorder.apply_seconds.labels(options.slot) if recorder is not None else None
     batches = 0
     for batch in stream(dsn, options=options):
+        started = time.perf_counter()
         result = sink.apply(batch)
         missing = sink.missing_tables()
         if missing:
             sink.create_tables(change_table_schemas(dsn, options, missing))
         batch.ack()
+        if apply_seconds is not None:
+            apply_seconds.observe(time.perf_counter() - started)
         batches += 1
         if on_batch is not None:
             on_batch(batch, result)

@@ -50,7 +50,7 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
-from . import _native, acks, admin, catalog, copies, incremental, preflight
+from . import _native, acks, admin, catalog, copies, incremental, metrics, preflight
 from ._native import Stop
 from .connection import SESSION_SETTINGS, connect
 from .errors import ConfigError, ConnectionError, SlotError
@@ -82,6 +82,8 @@ STALL_TIMEOUT_S = 60.0
 RECHECK_S = 5.0
 #: Rows per chunk of an incremental snapshot.
 DEFAULT_CHUNK_ROWS = 10_000
+#: The prefix of the heartbeat messages (``heartbeat_interval``), never handed out.
+HEARTBEAT_PREFIX = "pgwire_cdc.heartbeat"
 
 #: What PostgreSQL accepts as a replication slot name.
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
@@ -195,6 +197,9 @@ class StreamOptions:
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     #: Copies a new slot's initial snapshot elsewhere (Spark tasks), see ``stream()``.
     snapshot_reader: Callable[[str, int, list[str]], None] | None = None
+    #: Seconds without a change after which the stream writes a heartbeat message into
+    #: the WAL, and again every as many while idle (None: never).
+    heartbeat_interval: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_batch_rows < 1 or self.max_batch_bytes < 1 or self.max_batch_ms < 0:
@@ -218,6 +223,8 @@ class StreamOptions:
                 )
         if self.chunk_rows < 1:
             raise ConfigError("chunk_rows must be positive")
+        if self.heartbeat_interval is not None and self.heartbeat_interval <= 0:
+            raise ConfigError("heartbeat_interval must be positive (None: no heartbeat)")
         if self.held_tables is not None and isinstance(self.held_tables, str):
             raise ConfigError("held_tables is a list of table names (or a mapping), not one name")
         if self.tables is not None and isinstance(self.tables, str):
@@ -289,6 +296,11 @@ class _Stream:
         #: runs' (:mod:`pgwire_cdc.copies`).
         self.run_start = 0
         self.copy_state = copies.CopyLedger(options.slot, caught_up=True)
+        #: What this run records once metrics are on (:mod:`pgwire_cdc.metrics`).
+        recorder = metrics.active()
+        self.metrics = recorder.for_slot(options.slot) if recorder is not None else None
+        #: When a batch last carried rows, and when the last heartbeat was written.
+        self.last_change = self.last_heartbeat = time.monotonic()
 
     # -- setup ---------------------------------------------------------------------
 
@@ -398,6 +410,8 @@ class _Stream:
                     )
             self.live.ack(lsn)
         self.acks.acked(lsn)
+        if self.metrics is not None:
+            self.metrics.acked(seq)
 
     def _write_note(self) -> None:
         """Writes the copy state into the WAL ahead of the slot (:mod:`pgwire_cdc.copies`)."""
@@ -436,6 +450,8 @@ class _Stream:
         try:
             self.prepare()
             assert self.conn is not None
+            if self.metrics is not None:
+                self.metrics.watch(self.dsn)
             existing = self.existing_slot
             self.snapshots = incremental.Snapshots(self.conn, self.o.chunk_rows)
             self.known = {t.qualified for t in self.table_infos}
@@ -527,7 +543,7 @@ class _Stream:
             if following is None:
                 self.acks.last_snapshot_batch(seq)
             name, table = pending
-            yield Batch(
+            batch = Batch(
                 tables={name: table},
                 lsn=cp,
                 snapshot=True,
@@ -536,6 +552,12 @@ class _Stream:
                 snapshot_progress=self._snapshotted() if following is None else {},
                 _ack=self._acker(seq, cp, snapshot_batch=True),
             )
+            if self.metrics is not None:
+                if first:
+                    self.metrics.copy_started([t.qualified for t in self.table_infos])
+                copied = {name: table.num_rows}
+                self.metrics.batch(seq, batch.tables, copied, batch.snapshot_progress)
+            yield batch
             first = False
             pending = following
         if first:
@@ -617,6 +639,11 @@ class _Stream:
                 # rows went out earlier): the consumer acks it like any other.
                 seq = self.acks.handed_out()
                 self.copy_state.handed_out(seq, progress)
+                if self.metrics is not None:
+                    copied = {name: t.num_rows for name, t in rows.items()}
+                    self.metrics.batch(seq, tables, copied, progress)
+                if tables:
+                    self.last_change = time.monotonic()
                 yield Batch(
                     tables=tables,
                     lsn=lsn,
@@ -634,6 +661,47 @@ class _Stream:
                     return
             if self.acks.switch_pending:
                 self._switch_to_permanent_slot()
+            if self._heartbeat_due(busy):
+                self._on_setup_connection(self._heartbeat)
+            if self._idle_past_timeout(busy):
+                return
+
+    def _heartbeat_due(self, busy: bool) -> bool:
+        """Whether the stream has been idle a whole ``heartbeat_interval`` since the last
+        change or heartbeat (never while a table is copied: its watermarks move it)."""
+        interval = self.o.heartbeat_interval
+        if interval is None or busy:
+            return False
+        return time.monotonic() - max(self.last_change, self.last_heartbeat) >= interval
+
+    def _heartbeat(self) -> None:
+        """Writes a heartbeat into the WAL: a non-transactional logical decoding message
+        that the server decodes and sends at once. No change table holds it, and the
+        stream confirms the position past it while idle, so the slot moves even when the
+        database writes no WAL of its own. A server that refuses it (a standby) gets a
+        warning and no more heartbeats."""
+        assert self.conn is not None
+        self.last_heartbeat = time.monotonic()
+        try:
+            self.conn.execute(
+                "SELECT pg_logical_emit_message(false, %s, %s)", (HEARTBEAT_PREFIX, self.slot)
+            )
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as e:
+            log.warning("heartbeat refused, heartbeats stop for this run: %s", e)
+            self.last_heartbeat = float("inf")
+            return
+        if self.metrics is not None:
+            self.metrics.heartbeat()
+
+    def _idle_past_timeout(self, busy: bool) -> bool:
+        """``idle_timeout`` counted from the last change: heartbeats come back through the
+        stream as messages, which would otherwise keep it from ever being idle."""
+        idle = self.o.idle_timeout
+        if idle is None or busy or self.o.heartbeat_interval is None:
+            return False
+        return time.monotonic() - self.last_change >= idle
 
     # -- tables added later ----------------------------------------------------------
 
@@ -848,6 +916,8 @@ class _Stream:
                 attempt,
                 int_to_lsn(resume),
             )
+            if self.metrics is not None:
+                self.metrics.reconnected()
             return
         # A slot still in use after every attempt is held by another consumer.
         give_up = SlotError if isinstance(last, SlotError) else ConnectionError
@@ -896,6 +966,8 @@ class _Stream:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+        if self.metrics is not None:
+            self.metrics.close()
 
 
 def _published_names(conn: psycopg.Connection[Any], publications: Sequence[str]) -> set[str]:
@@ -1025,6 +1097,7 @@ def stream(
     held_tables: Collection[str] | Mapping[str, Sequence[Any] | None] | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     snapshot_reader: Callable[[str, int, list[str]], None] | None = None,
+    heartbeat_interval: float | None = None,
     options: StreamOptions | None = None,
 ) -> Iterator[Batch]:
     """Streams a publication's changes (after an initial snapshot for a new slot) as
@@ -1114,6 +1187,7 @@ def stream(
         "held_tables": held_tables,
         "chunk_rows": chunk_rows,
         "snapshot_reader": snapshot_reader,
+        "heartbeat_interval": heartbeat_interval,
     }
     if options is None:
         options = StreamOptions(**given)
