@@ -23,7 +23,7 @@ import pgwire_cdc
 import pytest
 from conftest import Database, fresh_database
 from pgwire_cdc.check import run_checks
-from pgwire_cdc.errors import SlotError
+from pgwire_cdc.errors import ConfigError, SlotError
 from pgwire_cdc.lsn import lsn_to_int
 from support.server import PgCluster
 
@@ -162,3 +162,9 @@ def test_heartbeats_move_the_slot_of_a_silent_database(db: Database) -> None:
     moved, reason = slot_row(db, "beat")
     assert reason is None and moved - before > 200
     db.conn.execute("SELECT pg_drop_replication_slot('beat')")
+
+
+@pytest.mark.parametrize("interval", [0, -1.5])
+def test_heartbeat_interval_must_be_positive(interval: float) -> None:
+    with pytest.raises(ConfigError, match="heartbeat_interval must be positive"):
+        pgwire_cdc.StreamOptions(heartbeat_interval=interval)

@@ -975,8 +975,10 @@ class SlotInfo:
     (``pg_current_wal_lsn() - confirmed_flush_lsn``; on a standby the last replayed
     position), None for physical slots. Fields a server version lacks are None
     (``wal_status``/``safe_wal_size`` PG13+, ``two_phase`` PG14+, ``conflicting`` PG16+,
-    ``invalidation_reason``/``failover`` PG17+). ``connection_database`` is the database of
-    the connection that read the row (a logical slot can only be used from its own).
+    ``invalidation_reason``/``failover``/``synced`` PG17+). ``connection_database`` is the
+    database of the connection that read the row (a logical slot can only be used from its
+    own). ``synced``: on a standby, a slot kept in step with the primary's failover slot of
+    that name (it survives a promotion only once it is no longer ``temporary``).
     """
 
     slot_name: str
@@ -996,6 +998,7 @@ class SlotInfo:
     invalidation_reason: str | None
     failover: bool | None
     connection_database: str = field(default="", repr=False)
+    synced: bool | None = None
 
     @property
     def invalidated(self) -> bool:
@@ -1016,6 +1019,7 @@ _OPTIONAL_SLOT_COLUMNS = (
     "conflicting",
     "invalidation_reason",
     "failover",
+    "synced",
 )
 
 
@@ -1037,7 +1041,8 @@ def _slot_query(conn: Connection, where: sql.Composable) -> sql.Composed:
 
 def _slot_from_row(row: tuple[Any, ...]) -> SlotInfo:
     (name, plugin, kind, database, temporary, active, pid, restart, confirmed, lag) = row[:10]
-    wal_status, safe_wal_size, two_phase, conflicting, reason, failover, current = row[10:]
+    wal_status, safe_wal_size, two_phase, conflicting, reason, failover, synced = row[10:17]
+    current = row[17]
     return SlotInfo(
         slot_name=name,
         plugin=plugin,
@@ -1056,6 +1061,7 @@ def _slot_from_row(row: tuple[Any, ...]) -> SlotInfo:
         invalidation_reason=reason,
         failover=failover,
         connection_database=current,
+        synced=synced,
     )
 
 
@@ -1162,6 +1168,61 @@ def copy_slot(conn: Connection, src: str, dst: str, temporary: bool = False) -> 
     if copied is None:  # pragma: no cover - the server just created it
         raise _missing_slot(dst)
     return copied
+
+
+#: The first PostgreSQL with failover slots (server_version_num).
+FAILOVER_MIN_SERVER = 170000
+
+
+def failover_problems(info: ServerInfo, slot: SlotInfo | None) -> list[Problem]:
+    """Why ``stream(failover=True)`` cannot make or keep a failover slot here: a server
+    before PostgreSQL 17, or a standby (only a primary's slots are synchronized)."""
+    name = slot.slot_name if slot is not None else "failover"
+    if info.version_num < FAILOVER_MIN_SERVER:
+        return [
+            Problem(
+                "server",
+                name,
+                f"failover slots need PostgreSQL 17 or later (pg_replication_slots.failover,"
+                f" synchronized to standbys); the server is {info.version}: upgrade it, or"
+                " stream without failover (a promoted standby then has no slot, and the"
+                " consumer starts over with a new slot and snapshot)",
+                "stream without failover, or upgrade to PostgreSQL 17+",
+                ConfigError,
+            )
+        ]
+    if info.in_recovery:
+        return [
+            Problem(
+                "server",
+                name,
+                "failover=True on a standby: PostgreSQL makes failover slots only on a primary"
+                " (a standby's own slots are not synchronized onward); stream from the"
+                " primary with failover, or from the standby without it",
+                "stream from the primary, or without failover",
+                ConfigError,
+            )
+        ]
+    return []
+
+
+def set_failover(dsn: str, name: str) -> None:
+    """Makes slot ``name`` a failover slot: ``ALTER_REPLICATION_SLOT name (FAILOVER
+    true)`` (PostgreSQL 17+) on a replication connection of its own. The slot must not be
+    in use. A slot copied from a temporary one never has the flag, so ``stream()`` sets
+    it after making the permanent slot."""
+    from . import _native
+
+    conn = _native.ReplicationConnection(dsn)
+    try:
+        conn.query(f'ALTER_REPLICATION_SLOT "{name}" (FAILOVER true)')
+    except Error as exc:
+        raise SlotError(
+            f"could not make replication slot {name!r} a failover slot: {exc}",
+            sqlstate=exc.sqlstate,
+        ) from exc
+    finally:
+        conn.close()
 
 
 def _invalid_reason(info: SlotInfo) -> str:

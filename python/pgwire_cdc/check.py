@@ -37,9 +37,11 @@ def run_checks(
     slot: str | None = None,
     *,
     snapshot: bool = True,
+    failover: bool = False,
 ) -> list[Finding]:
     """Every finding for this connection's server and database: what ``stream()`` with
-    these arguments would find (nothing on the server is changed)."""
+    these arguments would find (nothing on the server is changed). With ``failover``,
+    what ``stream(failover=True)`` needs is a problem when missing."""
     publications = [publication] if isinstance(publication, str) else list(publication or [])
     found = preflight.run(conn, publications, tables, slot, snapshot=snapshot)
     info = found.info
@@ -94,6 +96,7 @@ def run_checks(
                     f" wal_status={found.slot.wal_status}",
                 )
             )
+    out += _failover_findings(conn, found, failover)
     out += [_finding(p) for p in found.problems]
     return out
 
@@ -122,3 +125,73 @@ def _idle_slot_timeout(conn: psycopg.Connection[Any]) -> list[Finding]:
 
 def _finding(problem: admin.Problem) -> Finding:
     return Finding("problem", problem.topic, problem.subject, problem.message, problem.fix)
+
+
+def _failover_findings(
+    conn: psycopg.Connection[Any], found: preflight.Preflight, failover: bool
+) -> list[Finding]:
+    """Failover slots (PostgreSQL 17+): this server's part of the setup, what to check on
+    the standbys (their settings cannot be read from here), and the slot's flag."""
+    info = found.info
+    out: list[Finding] = []
+    if failover:
+        out += [_finding(p) for p in admin.failover_problems(info, found.slot)]
+    if info.version_num < admin.FAILOVER_MIN_SERVER:
+        return out
+    slot = found.slot
+    if slot is not None:
+        if slot.failover:
+            out.append(Finding("ok", "slot", slot.slot_name, "a failover slot (failover = true)"))
+        else:
+            out.append(
+                Finding(
+                    "info",
+                    "slot",
+                    slot.slot_name,
+                    "not a failover slot: a promoted standby will not have it; stream"
+                    " --failover (stream(failover=True)) sets the flag when it starts",
+                )
+            )
+    if info.in_recovery:
+        row = conn.execute("SELECT current_setting('sync_replication_slots', true)").fetchone()
+        out.append(
+            Finding(
+                "info",
+                "server",
+                "standby",
+                f"a standby (sync_replication_slots = {row[0] if row else '?'}): failover"
+                " slots are made on the primary and synchronized here; a slot made here"
+                " cannot be one",
+            )
+        )
+        return out
+    row = conn.execute("SELECT current_setting('synchronized_standby_slots', true)").fetchone()
+    standby_slots = (row[0] if row else "") or ""
+    if not standby_slots:
+        out.append(
+            Finding(
+                "problem" if failover else "info",
+                "server",
+                "synchronized_standby_slots",
+                "is empty: a failover slot may deliver changes a standby has not received, and"
+                " after promoting that standby those changes are gone from the server while"
+                " the consumer holds them. Name the physical slots of the standbys that may be"
+                " promoted",
+                "ALTER SYSTEM SET synchronized_standby_slots = 'standby_slot'; SELECT"
+                " pg_reload_conf()",
+            )
+        )
+    else:
+        out.append(
+            Finding(
+                "ok",
+                "server",
+                "synchronized_standby_slots",
+                f"= {standby_slots}: failover slots deliver only what these standbys have."
+                " On each standby check what this server cannot see: sync_replication_slots ="
+                " on, hot_standby_feedback = on, primary_slot_name set, and a dbname in"
+                " primary_conninfo; before relying on a failover, its pg_replication_slots"
+                " must show the slot with synced = true and temporary = false",
+            )
+        )
+    return out

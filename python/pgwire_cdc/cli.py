@@ -144,6 +144,8 @@ def cmd_slots(args: argparse.Namespace) -> int:
             "wal_status": s.wal_status,
             "safe_wal_size": s.safe_wal_size,
             "invalidated": s.invalidated,
+            "failover": s.failover,
+            "synced": s.synced,
         }
         for s in slots
     ]
@@ -163,6 +165,7 @@ def cmd_slots(args: argparse.Namespace) -> int:
             "lag",
             "wal_status",
             "safe_wal",
+            "failover",
             "confirmed_flush_lsn",
         ],
     )
@@ -199,7 +202,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     tables = args.table or None
     with _connect(args.dsn) as conn:
         findings = run_checks(
-            conn, args.publication, tables, args.slot, snapshot=not args.no_snapshot
+            conn,
+            args.publication,
+            tables,
+            args.slot,
+            snapshot=not args.no_snapshot,
+            failover=args.failover,
         )
     problems = [f for f in findings if f.level == "problem"]
     if args.json:
@@ -275,6 +283,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
         "spill_dir": args.spill_dir,
         "spill_threshold": args.spill_threshold_mb << 20,
         "chunk_rows": args.chunk_rows,
+        "failover": args.failover,
         "heartbeat_interval": args.heartbeat_interval,
     }
     if args.metrics_port is not None:
@@ -559,6 +568,12 @@ def build_parser() -> argparse.ArgumentParser:
             flag, type=_positive(int), default=default, help=f"{meaning} (default {default})"
         )
     p.add_argument(
+        "--failover",
+        action="store_true",
+        help="make the slot a failover slot (PostgreSQL 17+): kept in step on standbys with "
+        "sync_replication_slots on, so streaming goes on after a promotion",
+    )
+    p.add_argument(
         "--no-streaming",
         action="store_true",
         help="let the server hold large transactions until they commit (default: it sends "
@@ -644,6 +659,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slot", help="the slot to check (a missing one is created by stream)")
     p.add_argument(
         "--no-snapshot", action="store_true", help="as stream --no-snapshot: no initial snapshot"
+    )
+    p.add_argument(
+        "--failover",
+        action="store_true",
+        help="as stream --failover: the server must be set up for failover slots (PG 17+)",
     )
     json_flag(p, "the findings (level, topic, subject, message, fix)")
     p.set_defaults(func=cmd_check)

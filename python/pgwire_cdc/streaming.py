@@ -686,9 +686,9 @@ class _Stream:
             self.conn.execute(
                 "SELECT pg_logical_emit_message(false, %s, %s)", (HEARTBEAT_PREFIX, self.slot)
             )
-        except psycopg.OperationalError:
-            raise
         except psycopg.Error as e:
+            if self.conn.broken:
+                raise  # a lost connection: opened again for the next heartbeat
             log.warning("heartbeat refused, heartbeats stop for this run: %s", e)
             self.last_heartbeat = float("inf")
             return

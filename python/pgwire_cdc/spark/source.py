@@ -309,7 +309,11 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def _current_lsn(self) -> int:
         with self._connect() as conn:
-            row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+            # On a standby: how far it has replayed (pg_current_wal_lsn() fails there).
+            row = conn.execute(
+                "SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()"
+                " ELSE pg_current_wal_lsn() END::text"
+            ).fetchone()
         assert row is not None
         return lsn_to_int(row[0])
 

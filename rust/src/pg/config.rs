@@ -4,7 +4,8 @@
 //!
 //! Defaults: host = `PGHOST`, else the Unix-socket directory `/var/run/postgresql` when it
 //! exists, else `localhost`; port 5432; user = `PGUSER`, else the OS user; dbname =
-//! `PGDATABASE`, else the user name; sslmode prefer; channel_binding prefer; sslrootcert
+//! `PGDATABASE`, else the user name; sslmode prefer; channel_binding prefer;
+//! target_session_attrs any; sslrootcert
 //! `~/.postgresql/root.crt`. The password is the explicit one, else `PGPASSWORD`, else the
 //! first matching line of the password file (per host, since hosts can differ).
 
@@ -14,7 +15,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::dsn::{masked, ChannelBindingMode, ConnParams, SslMode, HIDDEN};
+use super::dsn::{masked, ChannelBindingMode, ConnParams, SslMode, TargetSessionAttrs, HIDDEN};
 use super::error::PgError;
 use super::pgpass;
 
@@ -162,6 +163,7 @@ pub struct Settings {
     pub connect_timeout: Option<Duration>,
     pub options: Option<String>,
     pub channel_binding: ChannelBindingMode,
+    pub target_session_attrs: TargetSessionAttrs,
     pub startup_parameters: Vec<(String, String)>,
 }
 
@@ -190,6 +192,14 @@ pub fn resolve(params: &ConnParams, env: &Environment) -> Result<Settings, PgErr
             .map(ChannelBindingMode::parse)
             .transpose()?
             .unwrap_or(ChannelBindingMode::Prefer),
+    };
+    let target_session_attrs = match &params.target_session_attrs {
+        Some(attrs) => *attrs,
+        None => env
+            .var("PGTARGETSESSIONATTRS")
+            .map(TargetSessionAttrs::parse)
+            .transpose()?
+            .unwrap_or(TargetSessionAttrs::Any),
     };
     let explicit_root = pick(&params.sslrootcert, "PGSSLROOTCERT");
     if explicit_root.as_deref() == Some("system") {
@@ -238,6 +248,7 @@ pub fn resolve(params: &ConnParams, env: &Environment) -> Result<Settings, PgErr
         connect_timeout,
         options,
         channel_binding,
+        target_session_attrs,
         startup_parameters: params.startup_parameters.clone(),
     })
 }

@@ -32,7 +32,7 @@ use rustls::{ClientConfig, ClientConnection, StreamOwned};
 use super::auth::{self, Login};
 use super::backend;
 use super::config::{self, Environment, Settings, Target, TargetAddr};
-use super::dsn::{ConnParams, SslMode};
+use super::dsn::{ConnParams, SslMode, TargetSessionAttrs};
 use super::error::PgError;
 use super::io::{io_error, Stream, Wire};
 use super::tls;
@@ -87,18 +87,125 @@ pub(crate) fn connect(params: &ConnParams, replication: bool) -> Result<Establis
 }
 
 /// Tries each target in turn (libpq's multi-host behaviour): a server that cannot be
-/// reached or fails the TLS setup moves on to the next; a refused login or a configuration
-/// error stops, as the remaining hosts would refuse the same credentials.
+/// reached, fails the TLS setup or is not of the kind `target_session_attrs` asks for
+/// moves on to the next; a refused login or a configuration error stops, as the remaining
+/// hosts would refuse the same credentials. `prefer-standby` makes two passes: standbys
+/// first, then any server.
 fn connect_resolved(settings: &Settings, replication: bool) -> Result<Established, PgError> {
+    let passes = match settings.target_session_attrs {
+        TargetSessionAttrs::PreferStandby => {
+            vec![TargetSessionAttrs::Standby, TargetSessionAttrs::Any]
+        }
+        wanted => vec![wanted],
+    };
     let mut last = None;
-    for target in &settings.targets {
-        match connect_target(settings, target, replication) {
-            Ok(conn) => return Ok(conn),
-            Err(e @ (PgError::Auth { .. } | PgError::Config(_))) => return Err(e),
-            Err(e) => last = Some(e),
+    let mut passed_over = Vec::new();
+    for wanted in passes {
+        for target in &settings.targets {
+            match connect_target(settings, target, replication) {
+                Ok(mut conn) => match session_mismatch(&mut conn.wire, &conn.parameters, wanted) {
+                    Ok(None) => return Ok(conn),
+                    Ok(Some(why)) => {
+                        let mut wire = conn.wire;
+                        // A polite goodbye; the socket closes either way.
+                        frontend::terminate(&mut wire.out);
+                        let _ = wire.flush();
+                        passed_over.push(format!("{} {why}", target.describe()));
+                    }
+                    Err(e) => last = Some(e),
+                },
+                Err(e @ (PgError::Auth { .. } | PgError::Config(_))) => return Err(e),
+                Err(e) => last = Some(e),
+            }
         }
     }
+    if !passed_over.is_empty() && last.is_none() {
+        return Err(PgError::connect(format!(
+            "no server fits target_session_attrs={}: {}",
+            attrs_name(settings.target_session_attrs),
+            passed_over.join("; ")
+        )));
+    }
     Err(last.unwrap_or_else(|| PgError::config("no host to connect to")))
+}
+
+fn attrs_name(attrs: TargetSessionAttrs) -> &'static str {
+    match attrs {
+        TargetSessionAttrs::Any => "any",
+        TargetSessionAttrs::ReadWrite => "read-write",
+        TargetSessionAttrs::ReadOnly => "read-only",
+        TargetSessionAttrs::Primary => "primary",
+        TargetSessionAttrs::Standby => "standby",
+        TargetSessionAttrs::PreferStandby => "prefer-standby",
+    }
+}
+
+/// Why a logged-in session is not of the kind `wanted` (None: it is). PostgreSQL 14+
+/// reports `in_hot_standby` and `default_transaction_read_only` at start-up (libpq reads
+/// them the same way); older servers are asked.
+fn session_mismatch(
+    wire: &mut Wire,
+    parameters: &Parameters,
+    wanted: TargetSessionAttrs,
+) -> Result<Option<&'static str>, PgError> {
+    let reported = |name: &str| parameters.get(name).map(|v| v == "on");
+    let in_recovery = |wire: &mut Wire| -> Result<bool, PgError> {
+        match reported("in_hot_standby") {
+            Some(standby) => Ok(standby),
+            None => Ok(one_value(wire, "SELECT pg_catalog.pg_is_in_recovery()")? == "t"),
+        }
+    };
+    Ok(match wanted {
+        TargetSessionAttrs::Any | TargetSessionAttrs::PreferStandby => None,
+        TargetSessionAttrs::ReadWrite | TargetSessionAttrs::ReadOnly => {
+            let read_only = match (
+                reported("in_hot_standby"),
+                reported("default_transaction_read_only"),
+            ) {
+                (Some(standby), Some(default_read_only)) => standby || default_read_only,
+                _ => one_value(wire, "SHOW transaction_read_only")? == "on",
+            };
+            match (wanted, read_only) {
+                (TargetSessionAttrs::ReadWrite, true) => Some("is read-only"),
+                (TargetSessionAttrs::ReadOnly, false) => Some("is not read-only"),
+                _ => None,
+            }
+        }
+        TargetSessionAttrs::Primary => in_recovery(wire)?.then_some("is in hot standby mode"),
+        TargetSessionAttrs::Standby => {
+            (!in_recovery(wire)?).then_some("is not in hot standby mode")
+        }
+    })
+}
+
+/// The first value of the first row of a simple query run during the connection set-up.
+fn one_value(wire: &mut Wire, sql: &str) -> Result<String, PgError> {
+    frontend::query(sql, &mut wire.out).map_err(|e| PgError::protocol(e.to_string()))?;
+    wire.flush()?;
+    let mut value = None;
+    let mut error = None;
+    loop {
+        let frame = wire.frame()?;
+        let body = wire.body(&frame)?;
+        match frame.tag {
+            backend::DATA_ROW if value.is_none() => {
+                value = backend::data_row(body)?.into_iter().next().flatten();
+            }
+            backend::ERROR_RESPONSE => {
+                error = Some(PgError::from_server(backend::error_fields(body)?, false));
+            }
+            backend::READY_FOR_QUERY => {
+                backend::ready_for_query(body)?;
+                break;
+            }
+            _ => {}
+        }
+    }
+    match (error, value) {
+        (Some(e), _) => Err(e),
+        (None, Some(v)) => Ok(v),
+        (None, None) => Err(PgError::protocol(format!("\"{sql}\" returned no value"))),
+    }
 }
 
 fn connect_target(

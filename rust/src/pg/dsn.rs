@@ -81,6 +81,46 @@ impl ChannelBindingMode {
     }
 }
 
+/// Which server of a multi-host list a session may use (libpq's `target_session_attrs`):
+/// each host is tried in turn and one of the wrong kind is passed over. Read-only-ness is
+/// the `default_transaction_read_only` and `in_hot_standby` values the server reports at
+/// start-up (PostgreSQL 14+), else `SHOW transaction_read_only` and
+/// `pg_is_in_recovery()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetSessionAttrs {
+    /// The first server that accepts the login (the default).
+    Any,
+    /// A server whose sessions can write (after a failover: the new primary).
+    ReadWrite,
+    /// A server whose sessions are read-only (a standby, or `default_transaction_read_only`).
+    ReadOnly,
+    /// A server not in recovery.
+    Primary,
+    /// A server in recovery (a hot standby).
+    Standby,
+    /// A standby if one answers, else any server.
+    PreferStandby,
+}
+
+impl TargetSessionAttrs {
+    pub(crate) fn parse(value: &str) -> Result<Self, PgError> {
+        Ok(match value {
+            "any" => TargetSessionAttrs::Any,
+            "read-write" => TargetSessionAttrs::ReadWrite,
+            "read-only" => TargetSessionAttrs::ReadOnly,
+            "primary" => TargetSessionAttrs::Primary,
+            "standby" => TargetSessionAttrs::Standby,
+            "prefer-standby" => TargetSessionAttrs::PreferStandby,
+            other => {
+                return Err(PgError::config(format!(
+                    "invalid target_session_attrs value \"{other}\": expected any, read-write, \
+                     read-only, primary, standby or prefer-standby"
+                )))
+            }
+        })
+    }
+}
+
 /// The settings a connection string gives explicitly. Empty values count as unset.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct ConnParams {
@@ -104,6 +144,7 @@ pub struct ConnParams {
     pub channel_binding: Option<ChannelBindingMode>,
     /// Password file instead of `~/.pgpass`.
     pub passfile: Option<String>,
+    pub target_session_attrs: Option<TargetSessionAttrs>,
     /// Run-time parameters sent in the startup packet (see [`ConnParams::set_startup_parameter`]).
     pub startup_parameters: Vec<(String, String)>,
 }
@@ -135,6 +176,7 @@ impl fmt::Debug for ConnParams {
             .field("options", &self.options)
             .field("channel_binding", &self.channel_binding)
             .field("passfile", &self.passfile)
+            .field("target_session_attrs", &self.target_session_attrs)
             .field("startup_parameters", &self.startup_parameters)
             .finish_non_exhaustive()
     }
@@ -190,6 +232,12 @@ impl ConnParams {
                     .transpose()?;
             }
             "passfile" => self.passfile = value,
+            "target_session_attrs" => {
+                self.target_session_attrs = value
+                    .as_deref()
+                    .map(TargetSessionAttrs::parse)
+                    .transpose()?;
+            }
             "replication" => {
                 return Err(PgError::config(
                     "the replication keyword is not accepted in the connection string; \
@@ -250,7 +298,6 @@ const LIBPQ_KEYWORDS: &[&str] = &[
     "sslnegotiation",
     "sslpassword",
     "sslsni",
-    "target_session_attrs",
     "tcp_user_timeout",
 ];
 

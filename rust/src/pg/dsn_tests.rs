@@ -466,3 +466,28 @@ fn pgpass_file_permissions_like_libpq() {
     assert_eq!(s.targets[0].password.as_deref(), Some("h2pw"));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn target_session_attrs_values() {
+    use super::dsn::TargetSessionAttrs as T;
+    for (text, want) in [
+        ("any", T::Any),
+        ("read-write", T::ReadWrite),
+        ("read-only", T::ReadOnly),
+        ("primary", T::Primary),
+        ("standby", T::Standby),
+        ("prefer-standby", T::PreferStandby),
+    ] {
+        let params = ConnParams::parse(&format!("target_session_attrs={text}")).unwrap();
+        assert_eq!(params.target_session_attrs, Some(want), "{text}");
+    }
+    let err = ConnParams::parse("target_session_attrs=writable")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("expected any, read-write"), "{err}");
+    assert_eq!(settings("host=a,b", &[]).target_session_attrs, T::Any);
+    let from_env = settings("host=a,b", &[("PGTARGETSESSIONATTRS", "primary")]);
+    assert_eq!(from_env.target_session_attrs, T::Primary);
+    let uri = ConnParams::parse("postgresql://a:1,b:2/db?target_session_attrs=read-write").unwrap();
+    assert_eq!(uri.target_session_attrs, Some(T::ReadWrite));
+}
