@@ -200,6 +200,9 @@ class StreamOptions:
     #: Seconds without a change after which the stream writes a heartbeat message into
     #: the WAL, and again every as many while idle (None: never).
     heartbeat_interval: float | None = None
+    #: Make the slot a failover slot (PostgreSQL 17+), synchronized to standbys that
+    #: have ``sync_replication_slots`` on, so streaming goes on after a promotion.
+    failover: bool = False
 
     def __post_init__(self) -> None:
         if self.max_batch_rows < 1 or self.max_batch_bytes < 1 or self.max_batch_ms < 0:
@@ -301,6 +304,9 @@ class _Stream:
         self.metrics = recorder.for_slot(options.slot) if recorder is not None else None
         #: When a batch last carried rows, and when the last heartbeat was written.
         self.last_change = self.last_heartbeat = time.monotonic()
+        #: The server is a standby: nothing can be written into its WAL (no copy-state
+        #: notes, no incremental snapshots' watermarks).
+        self.in_recovery = False
 
     # -- setup ---------------------------------------------------------------------
 
@@ -320,6 +326,11 @@ class _Stream:
             apply=True,
         )
         found.raise_if_blocked()
+        self.in_recovery = found.info.in_recovery
+        if self.o.failover:
+            admin.raise_problems(
+                admin.failover_problems(found.info, found.slot), "failover=True not possible"
+            )
         self.existing_slot = found.slot
         self.server_version = found.info.version_num
         self.table_infos = found.tables
@@ -425,8 +436,16 @@ class _Stream:
 
     def _start_copy(self, table: catalog.TableInfo, after: Sequence[Any] | None = None) -> None:
         """Starts (or starts again) the incremental copy of ``table`` after key ``after``;
-        the slot's copy state records it at once. ConfigError for a keyless table."""
+        the slot's copy state records it at once. ConfigError for a keyless table, and on
+        a standby."""
         assert self.snapshots is not None
+        if self.in_recovery:
+            raise ConfigError(
+                f"{table.qualified} would be read while streaming (an incremental snapshot),"
+                " which writes watermarks into the WAL: a standby cannot. Stream from the"
+                " primary to read it, or pass held_tables naming it if the consumer holds"
+                " its rows"
+            )
         self.snapshots.add(table, after)
         self.known.add(table.qualified)
         if self.o.snapshot:
@@ -440,6 +459,10 @@ class _Stream:
         position acked so far."""
         assert self.conn is not None
         admin.copy_slot(self.conn, _temporary_slot_name(self.slot), self.slot)
+        if self.o.failover:
+            # The copy does not carry the flag (a temporary slot cannot have it); the new
+            # slot is not in use yet, so it can be changed now.
+            admin.set_failover(self.dsn, self.slot)
         # Already streaming on the temporary slot: it moves over at the next boundary.
         self.acks.permanent_slot_made()
         log.info("initial snapshot committed; slot %s created", self.slot)
@@ -461,6 +484,9 @@ class _Stream:
                 sql.SQL("LISTEN {}").format(sql.Identifier(resnapshot_channel(self.slot)))
             )
             if existing is not None:
+                if self.o.failover and not existing.failover:
+                    admin.set_failover(self.dsn, self.slot)
+                    log.info("slot %s is now a failover slot", self.slot)
                 start = existing.confirmed_flush_lsn or 0
                 self.acks.acked(start)
                 self.repl = self._replication_connection()
@@ -478,6 +504,8 @@ class _Stream:
             else:
                 self.repl = self._replication_connection()
                 _, cp, _ = self.repl.create_slot(self.slot)
+                if self.o.failover:
+                    admin.set_failover(self.dsn, self.slot)
                 self.acks.acked(cp)
                 self._start_streaming(self.slot, cp)
             yield from self._changes()
@@ -834,6 +862,8 @@ class _Stream:
         WAL after its last ack, for the next run to read first."""
         if not self.o.snapshot or self.conn is None or self.conn.closed or self.conn.broken:
             return
+        if self.in_recovery:
+            return  # a standby's WAL takes no notes
         # Candidates not decided yet are not known: the next run decides them.
         known = self.known - set(self.candidates)
         row = self.conn.execute(
@@ -906,6 +936,8 @@ class _Stream:
                 self._start_streaming(self.slot, resume, skip)
             except (ConnectionError, SlotError) as e:
                 self._close_repl()
+                if isinstance(e, SlotError) and e.sqlstate == "42704":
+                    raise self._slot_gone(e) from e
                 if not _transient(e):
                     raise
                 log.warning("reconnect attempt %d of %d failed: %s", attempt, attempts, e)
@@ -928,6 +960,29 @@ class _Stream:
             " slot once the server is reachable",
             sqlstate=getattr(last, "sqlstate", None),
         ) from last
+
+    def _slot_gone(self, error: SlotError) -> SlotError:
+        """The slot is missing on the server reached on reconnect: after a failover, a
+        promoted standby has it only as a synchronized failover slot."""
+        how = (
+            "this slot is a failover slot, but the server reached now did not have its"
+            " synchronized copy (a standby keeps it only once it is no longer temporary:"
+            " check synced and temporary in the standby's pg_replication_slots before"
+            " promoting it)"
+            if self.o.failover
+            else "after a failover the promoted standby has the slot only if it was a"
+            " failover slot (stream(failover=True), PostgreSQL 17+, with"
+            " sync_replication_slots on the standby)"
+        )
+        return SlotError(
+            f"replication slot {self.slot!r} does not exist on the server the stream"
+            f" reconnected to: it was dropped, or the stream now reaches another server than"
+            f" before (a failover); {how}. Changes after {int_to_lsn(self.acks.acked_lsn)}"
+            " that the old server held are not on this one as a slot. Nothing was started"
+            " over: to go on, drop what the consumer holds or keep it and run stream() again,"
+            " which makes a new slot and takes a new initial snapshot",
+            sqlstate=error.sqlstate,
+        )
 
     def _close_repl(self) -> None:
         if self.repl is not None:
@@ -1098,6 +1153,7 @@ def stream(
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     snapshot_reader: Callable[[str, int, list[str]], None] | None = None,
     heartbeat_interval: float | None = None,
+    failover: bool = False,
     options: StreamOptions | None = None,
 ) -> Iterator[Batch]:
     """Streams a publication's changes (after an initial snapshot for a new slot) as
@@ -1188,6 +1244,7 @@ def stream(
         "chunk_rows": chunk_rows,
         "snapshot_reader": snapshot_reader,
         "heartbeat_interval": heartbeat_interval,
+        "failover": failover,
     }
     if options is None:
         options = StreamOptions(**given)
