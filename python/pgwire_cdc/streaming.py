@@ -480,9 +480,7 @@ class _Stream:
             self.known = {t.qualified for t in self.table_infos}
             if existing is not None:
                 self._plan_incremental(self.o.held_tables)
-            self.conn.execute(
-                sql.SQL("LISTEN {}").format(sql.Identifier(resnapshot_channel(self.slot)))
-            )
+            self._listen(self.conn)
             if existing is not None:
                 if self.o.failover and not existing.failover:
                     admin.set_failover(self.dsn, self.slot)
@@ -769,13 +767,17 @@ class _Stream:
             if self.conn is None or self.conn.closed or self.conn.broken:
                 self._close_setup_connection()
                 conn = connect(self.dsn)
-                conn.execute(
-                    sql.SQL("LISTEN {}").format(sql.Identifier(resnapshot_channel(self.slot)))
-                )
+                self._listen(conn)
                 self.conn = self.snapshots.conn = conn
             work()
         except (psycopg.OperationalError, ConnectionError) as e:
             log.warning("setup connection lost (%s); trying again at the next batch", e)
+
+    def _listen(self, conn: psycopg.Connection[Any]) -> None:
+        """Takes resnapshot() requests; a standby has no LISTEN (nor could it record the
+        copies a request starts)."""
+        if not self.in_recovery:
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(resnapshot_channel(self.slot))))
 
     def _close_setup_connection(self) -> None:
         if self.conn is not None:
