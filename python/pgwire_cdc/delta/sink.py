@@ -226,6 +226,7 @@ class DeltaSink:
     ) -> None:
         from ..connection import connect as _connect
         from ..spark import snapshot as spark_snapshot
+        from ..spark.sessions import missing_package_error
 
         spark = writer.spark
         partitions = max(1, int(spark.sparkContext.defaultParallelism))
@@ -254,7 +255,13 @@ class DeltaSink:
                 reader = reader.option("publication", publication)
             newer = current is None or current.lsn is None or consistent_point > current.lsn
             commit = Commit(APP_ID, consistent_point, None) if newer else None
-            writer.save(reader.load(), path, "overwrite", commit)
+            try:
+                writer.save(reader.load(), path, "overwrite", commit)
+            except Exception as e:
+                clear = missing_package_error(e)
+                if clear is None:
+                    raise
+                raise clear from e
             self._prewritten.add(name)
             log.info("%s: initial snapshot written by Spark", name)
 
