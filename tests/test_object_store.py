@@ -19,12 +19,8 @@ from pgwire_cdc import delta
 from stream_workload import SCHEMA, TABLES, Workload, norm, source_rows
 from support.s3 import S3Server
 from test_cli import pgwire_lsn, run_cli
-from test_crash_torture import torture
+from test_crash_torture import KILLS, torture
 from test_stream import current_lsn
-
-#: SIGKILLs of the crash torture on the store (the local one takes 20): each restart pays
-#: the store's round trips, so fewer keep the run near the local one's length.
-STORE_KILLS = 10
 
 
 @pytest.fixture(scope="session")
@@ -177,11 +173,11 @@ def test_crash_torture_on_s3(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """test_crash_torture.py's torture with its tables on the store; the workers and the
-    final comparison reach it through the environment."""
+    """test_crash_torture.py's torture, all 20 SIGKILLs, with its tables on the store; the
+    workers and the final comparison reach it through the environment."""
     for key, value in s3.options.items():
         monkeypatch.setenv(key, value)
     assert os.environ["AWS_ENDPOINT_URL"] == s3.endpoint
-    report = torture(pg15_cluster, location, tmp_path / "deliveries.jsonl", STORE_KILLS)
-    assert report["restarts_after_sigkill"] >= STORE_KILLS
+    report = torture(pg15_cluster, location, tmp_path / "deliveries.jsonl")
+    assert report["restarts_after_sigkill"] >= KILLS
     assert report["changes_delivered_again_skipped"] > 0
