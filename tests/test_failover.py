@@ -86,7 +86,7 @@ class Writer:
         import psycopg
 
         self.conn = psycopg.connect(dsn, autocommit=True)
-        self.workload = Workload(self.conn, seed)
+        self.workload = _resumed_workload(self.conn, seed)
         self.done = threading.Event()
         self.transactions = 0
 
@@ -125,15 +125,20 @@ def _wait(what: str, check: Any, timeout: float = 120) -> None:
         time.sleep(0.2)
 
 
-def _continue_workload(conn: Any, seed: int, transactions: int) -> None:
-    """More of the workload on the promoted server, which may lack the last transactions
-    the old primary committed: the workload learns the rows that are there."""
+def _resumed_workload(conn: Any, seed: int) -> Workload:
+    """The workload going on over the rows that are there (on a promoted server, without
+    the last transactions the old primary committed)."""
     workload = Workload(conn, seed)
     workload.item_ids = {r[0] for r in conn.execute("SELECT id FROM items").fetchall()}
     workload.codes = {r[0] for r in conn.execute("SELECT code FROM codes").fetchall()}
     row = conn.execute("SELECT coalesce(max(id), 0) FROM items").fetchone()
     workload.next_id = int(row[0]) + 1_000_000
-    workload.run(transactions)
+    return workload
+
+
+def _continue_workload(conn: Any, seed: int, transactions: int) -> None:
+    """More of the workload (see :func:`_resumed_workload`)."""
+    _resumed_workload(conn, seed).run(transactions)
 
 
 @pytest.mark.parametrize("server", SERVERS)
@@ -183,7 +188,7 @@ def test_delta_sink_goes_on_after_a_failover(server: str, tmp_path: Path) -> Non
         first_new = next(b for b in after if b["rows"])
         figures = {
             "server": server,
-            "transactions_on_old_primary": writer.transactions,
+            "transactions_while_streaming_on_old_primary": writer.transactions,
             "batches": len(batches),
             "changes_delivered_again": sum(b["skipped"] for b in batches),
             # The Delta tables equal the promoted server's rows: nothing it has was skipped.
@@ -202,9 +207,7 @@ def _is_failover_slot(conn: Any) -> bool:
 
 
 @pytest.mark.parametrize("server", SERVERS)
-def test_without_failover_the_slot_is_missing_after_promotion(
-    server: str, tmp_path: Path
-) -> None:
+def test_without_failover_the_slot_is_missing_after_promotion(server: str, tmp_path: Path) -> None:
     with _pair(server) as pair:
         assert pair.standby is not None
         dbname = _prepare(pair)
