@@ -226,10 +226,10 @@ class DeltaSink:
     ) -> None:
         from ..connection import connect as _connect
         from ..spark import snapshot as spark_snapshot
-        from ..spark.sessions import missing_package_error
+        from ..spark.sessions import default_parallelism, missing_package_error
 
         spark = writer.spark
-        partitions = max(1, int(spark.sparkContext.defaultParallelism))
+        partitions = default_parallelism(spark)
         for name in names:
             path = self.table_path(name)
             current = self._position(path)
