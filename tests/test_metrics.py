@@ -127,3 +127,52 @@ def test_stream_serves_metrics(pg18_cluster: Any, tmp_path: Path) -> None:
     assert value(samples, "pgwire_cdc_slot_wal_status", status="reserved") == 1
     assert value(samples, "pgwire_cdc_slot_wal_status", status="lost") == 0
     assert value(samples, "pgwire_cdc_reconnects_total") == 1
+
+
+def test_spark_query_progress_shows_the_commit_time(
+    pg18_cluster: Any, classic_spark: Any, tmp_path: Path
+) -> None:
+    """The recipe of docs/operations.md: ``observe`` the newest ``_commit_ts`` of each
+    micro-batch (as Unix microseconds); the query's progress then carries it."""
+    from pgwire_cdc.spark import register
+    from pyspark.sql import functions as F
+
+    register(classic_spark)
+    with fresh_database(pg18_cluster) as db:
+        db.conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        db.conn.execute("CREATE PUBLICATION pub FOR TABLE t")
+        changes = (
+            classic_spark.readStream.format("pgwire_cdc")
+            .option("dsn", db.dsn)
+            .option("publication", "pub")
+            .option("slot", "spark_lag")
+            .option("table", "public.t")
+            .option("snapshot_dir", str(tmp_path / "snapshot"))
+            .load()
+        )
+        last_commit = F.unix_micros(F.max("_commit_ts")).alias("last_commit_us")
+        observed = changes.observe("pgwire_cdc", last_commit)
+
+        query = (
+            # Observed metrics are computed when the micro-batch runs, as in a real sink.
+            observed.writeStream.foreachBatch(lambda df, batch_id: df.count())
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
+        try:
+            wait_for("the snapshot micro-batch", lambda: query.recentProgress)
+            before = time.time()
+            db.conn.execute("INSERT INTO t SELECT g, 'x' FROM generate_series(1, 10) g")
+
+            def observed_commit() -> list[Any]:
+                rows = [p["observedMetrics"].get("pgwire_cdc") for p in query.recentProgress]
+                return [r["last_commit_us"] for r in rows if r and r["last_commit_us"]]
+
+            seen = wait_for("a micro-batch with changes", observed_commit, timeout=120)
+        finally:
+            query.stop()
+        db.conn.execute("SELECT pg_drop_replication_slot('spark_lag')")
+    # Microseconds since the Unix epoch, UTC (the progress's JSON would cut a timestamp
+    # to whole seconds in the session's time zone).
+    assert before - 5 <= max(seen) / 1e6 <= time.time()
