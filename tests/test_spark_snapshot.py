@@ -73,12 +73,14 @@ def test_a_parallel_read_is_one_point_in_time(db: Database, spark: Any) -> None:
             .option("partitions", 4)
             .load()
         )
-        # Four CTID ranges, each holding rows (no `df.rdd` on a Spark Connect session).
-        parts = df.select(F.spark_partition_id().alias("p")).distinct().count()
+        # One query (each query takes a snapshot of its own): four CTID ranges, each
+        # holding rows (a Spark Connect session has no `df.rdd` to ask).
+        ((rows, ids, total, parts),) = (
+            df.withColumn("part", F.spark_partition_id())
+            .selectExpr("count(*)", "count(DISTINCT id)", "sum(balance)", "count(DISTINCT part)")
+            .collect()
+        )
         assert parts == 4
-        ((rows, ids, total),) = df.selectExpr(
-            "count(*)", "count(DISTINCT id)", "sum(balance)"
-        ).collect()
     finally:
         writer.stop.set()
         writer.join()
