@@ -110,8 +110,7 @@ class ConnectServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise ConnectServerError(
-                    f"the Spark Connect server exited with {self.process.returncode}: "
-                    f"{self.tail()}"
+                    f"the Spark Connect server exited with {self.process.returncode}: {self.tail()}"
                 )
             with socket.socket() as sock:
                 sock.settimeout(0.5)
