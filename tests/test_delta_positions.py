@@ -1,4 +1,4 @@
-"""Delta table positions as pure state (``pgwire_cdc.delta.positions``), without a server:
+"""Delta table positions as pure state (``pgwire_cdc.lakehouse.positions``), without a server:
 which rows of a change table lie past a table's recorded position, how a batch is cut
 into commits when it ends inside a transaction, the transaction identifiers and the
 progress a commit records. Change tables are built here from (commit LSN, ordinal)
@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from pgwire_cdc.delta.positions import (
+from pgwire_cdc.lakehouse.positions import (
     APP_ID,
     NO_PROGRESS,
     Commit,

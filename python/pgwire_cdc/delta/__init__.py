@@ -64,7 +64,8 @@ under ``pgwire_cdc.progress``), so a restart resumes a table's copy where its ro
 
 The modules
 -----------
-:mod:`~pgwire_cdc.delta.positions` (pure state), :mod:`~pgwire_cdc.delta.table` (paths,
+:mod:`pgwire_cdc.lakehouse` (pure state and SQL shared with the Iceberg sink),
+:mod:`~pgwire_cdc.delta.table` (paths,
 reading, the stored types, positions read from the log), :mod:`~pgwire_cdc.delta.stores`
 (object stores: the ``s3://``/``s3a://`` mapping and S3A settings),
 :mod:`~pgwire_cdc.delta.catalog` (tables named in a Spark catalog, Spark writer only),
@@ -76,13 +77,17 @@ reading, the stored types, positions read from the log), :mod:`~pgwire_cdc.delta
 
 from __future__ import annotations
 
+from ..lakehouse.positions import APP_ID, PROGRESS_APP_ID, Commit
+from ..lakehouse.shape import data_columns
+from ..lakehouse.shape import lake_shape as delta_shape
+from ..lakehouse.sql import merge_clauses
+from ..lakehouse.stats import ApplyStats
 from ..tables import key_columns
 from .api import apply, merge_changes, run
-from .positions import APP_ID, PROGRESS_APP_ID, Commit
-from .sink import ApplyStats, DeltaSink, fill_moved
+from .sink import DeltaSink, fill_moved
 from .stores import s3a_conf, spark_path
-from .table import Position, data_columns, delta_shape, position, read_table, table_path
-from .writers import WRITERS, DeltaRsWriter, SparkWriter, Writer, merge_clauses, writer_for
+from .table import Position, position, read_table, table_path
+from .writers import WRITERS, DeltaRsWriter, SparkWriter, Writer, writer_for
 
 __all__ = [
     "APP_ID",

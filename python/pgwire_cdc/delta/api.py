@@ -15,10 +15,11 @@ import pyarrow.compute as pc
 
 from .. import pipeline
 from ..errors import ConfigError
+from ..lakehouse.stats import ApplyStats
 from ..streaming import StreamOptions
 from ..tables import key_columns
 from .catalog import table_ref
-from .sink import DELTA_RS_IN_CATALOG, ApplyStats, DeltaSink
+from .sink import DELTA_RS_IN_CATALOG, DeltaSink
 from .table import base_path
 
 if TYPE_CHECKING:

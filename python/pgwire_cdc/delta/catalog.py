@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
-from .table import quote_name
+from ..lakehouse.sql import quote_name
 
 
 def default_table_name(source: str) -> str:

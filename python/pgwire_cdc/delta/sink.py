@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -19,24 +18,22 @@ import pyarrow.compute as pc
 
 from .. import _native
 from ..errors import ConfigError, DeltaError
+from ..lakehouse.positions import APP_ID, NO_PROGRESS, PROGRESS_APP_ID, Commit, cut, unapplied
+from ..lakehouse.shape import data_columns, lake_shape, plain_schema
+from ..lakehouse.sql import quote_name, source_columns, sql_string
+from ..lakehouse.stats import ApplyStats
 from ..tables import METADATA_COLUMNS, key_columns, mark_unchanged, table_of
 from .catalog import CatalogNames, default_table_name, is_table_name
-from .positions import APP_ID, NO_PROGRESS, PROGRESS_APP_ID, Commit, cut, unapplied
 from .table import (
     Position,
     StorageOptions,
     base_path,
-    data_columns,
-    delta_shape,
     open_table,
-    plain_schema,
     position,
-    quote_name,
     read_table,
-    sql_string,
     table_path,
 )
-from .writers import SparkWriter, Writer, source_columns, writer_for
+from .writers import SparkWriter, Writer, writer_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -49,31 +46,6 @@ DELTA_RS_IN_CATALOG = (
     "tables in a Spark catalog need writer='spark': the delta-rs writer keeps path tables "
     "only (it cannot register a table in a Spark catalog); give a path instead of schema="
 )
-
-
-@dataclass
-class ApplyStats:
-    """What applying batches did, summed over tables."""
-
-    batches: int = 0
-    inserted: int = 0
-    updated: int = 0
-    deleted: int = 0
-    truncated: int = 0
-    #: Rows at or below a table's position, delivered again after a restart and skipped.
-    skipped: int = 0
-    #: Delta commits written.
-    commits: int = 0
-
-    def add(self, other: dict[str, int] | ApplyStats) -> None:
-        items = other.items() if isinstance(other, dict) else vars(other).items()
-        for name, value in items:
-            if name in vars(self):
-                setattr(self, name, getattr(self, name) + int(value))
-
-    @property
-    def changes(self) -> int:
-        return self.inserted + self.updated + self.deleted + self.truncated
 
 
 class DeltaSink:
@@ -241,7 +213,7 @@ class DeltaSink:
                 )
             with _connect(dsn) as conn:
                 info = spark_snapshot.describe(conn, name, publication)
-            schema = delta_shape(spark_snapshot.data_schema(info).empty_table()).schema
+            schema = lake_shape(spark_snapshot.data_schema(info).empty_table()).schema
             if self._open(path) is None:
                 writer.create(path, schema)
             reader = (
@@ -277,7 +249,7 @@ class DeltaSink:
             path = self.table_path(name)
             if self._open(path) is None:
                 data = pa.schema([f for f in schema if f.name not in METADATA_COLUMNS])
-                self.writer.create(path, delta_shape(data.empty_table()).schema)
+                self.writer.create(path, lake_shape(data.empty_table()).schema)
         self.missing = [name for name in self.missing if name not in schemas]
 
     def local_tables(self) -> list[str]:
@@ -354,7 +326,7 @@ class DeltaSink:
     def _snapshot_part(self, name: str, changes: pa.Table, stats: ApplyStats) -> None:
         path = self.table_path(name)
         lsn = int(changes["_commit_lsn"][0].as_py()) if changes.num_rows else None
-        rows = delta_shape(changes).select(data_columns(changes))
+        rows = lake_shape(changes).select(data_columns(changes))
         stats.inserted += rows.num_rows
         if name in self._snapshot_written:
             self.writer.write(path, rows, "append", None)
@@ -444,7 +416,7 @@ class DeltaSink:
     def _commit(
         self, name: str, path: str, changes: pa.Table, commit: Commit, stats: ApplyStats
     ) -> None:
-        changes = delta_shape(changes)
+        changes = lake_shape(changes)
         columns = data_columns(changes)
         keys = key_columns(changes)
         table = self._open(path)

@@ -2,9 +2,9 @@
 
 :func:`table_path` places one Delta table per source table; :func:`read_table` reads any
 of them (the ``deltalake`` package reads every table, deletion vectors included) in the
-plain types the sink stores (:func:`plain_type`, :func:`delta_shape`); :func:`position`
+plain types the sink stores (:mod:`pgwire_cdc.lakehouse.shape`); :func:`position`
 reads the stream position a table's log records (see :mod:`pgwire_cdc.delta`, *Exactly
-once*). Also the SQL quoting both writers' MERGE statements use.
+once*).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from urllib.parse import quote
 import pyarrow as pa
 
 from ..errors import DeltaError
-from ..spark.types import for_spark
-from ..tables import METADATA_COLUMNS, table_of
-from .positions import APP_ID, NO_PROGRESS, progress_of
+from ..lakehouse.positions import APP_ID, NO_PROGRESS, progress_of
+from ..lakehouse.shape import plain_schema
+from ..tables import table_of
 
 
 def table_path(path: str | os.PathLike[str], name: str) -> str:
@@ -35,10 +35,6 @@ def base_path(path: str | os.PathLike[str]) -> str:
     if "://" not in base:
         base = os.path.abspath(base)
     return base.rstrip("/") or "/"
-
-
-def data_columns(table: pa.Table) -> list[str]:
-    return [c for c in table.column_names if c not in METADATA_COLUMNS]
 
 
 #: delta-rs storage options (object-store credentials and endpoint), None: the
@@ -74,30 +70,6 @@ def read_table(
     rows = table_of(QueryBuilder().register("t", table).execute(query))
     # DataFusion reads strings as views; the sink works in the plain types.
     return rows.cast(plain_schema(rows.schema))
-
-
-def plain_type(t: pa.DataType) -> pa.DataType:
-    """``t`` as the sink stores it: plain (not view or large) strings and binaries, every
-    nested field nullable (a NOT NULL field is an ``invariants`` table feature to Delta
-    Spark, which delta-rs does not write: delta-io/delta-rs#2882)."""
-    if t == pa.string_view() or pa.types.is_large_string(t):
-        return pa.string()
-    if t == pa.binary_view() or pa.types.is_large_binary(t):
-        return pa.binary()
-    if pa.types.is_dictionary(t):
-        return plain_type(t.value_type)
-    if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, plain_type(f.type)) for f in t])
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
-        return pa.list_(pa.field(t.value_field.name, plain_type(t.value_type)))
-    return t
-
-
-def plain_schema(schema: pa.Schema) -> pa.Schema:
-    return pa.schema(
-        [pa.field(f.name, plain_type(f.type), True, f.metadata) for f in schema],
-        metadata=schema.metadata,
-    )
 
 
 @dataclass
@@ -139,28 +111,3 @@ def _recorded_progress(table: Any) -> Any:
         if len(commits) < limit:
             return NO_PROGRESS
         limit *= 4
-
-
-def quote_name(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def sql_string(value: str, spark: bool = False) -> str:
-    """A string literal: Spark SQL escapes with backslashes, DataFusion (delta-rs) doubles
-    the quote as standard SQL does."""
-    if spark:
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    return "'" + value.replace("'", "''") + "'"
-
-
-def delta_shape(changes: pa.Table) -> pa.Table:
-    """The change table in the types the Delta table holds: time as strings (see
-    :mod:`pgwire_cdc.spark.types`), dictionaries decoded, nested fields nullable. The metadata
-    columns stay as they are."""
-    changes = for_spark(changes)
-    fields = [
-        f if f.name in METADATA_COLUMNS else pa.field(f.name, plain_type(f.type), True, f.metadata)
-        for f in changes.schema
-    ]
-    schema = pa.schema(fields, metadata=changes.schema.metadata)
-    return changes if schema.equals(changes.schema) else changes.cast(schema)

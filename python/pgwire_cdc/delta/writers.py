@@ -6,7 +6,7 @@
   jars; tables it creates have deletion vectors on.
 
 Both speak the same MERGE (:func:`merge_clauses`) and record the same position with each
-commit (:class:`~pgwire_cdc.delta.positions.Commit`).
+commit (:class:`~pgwire_cdc.lakehouse.positions.Commit`).
 """
 
 from __future__ import annotations
@@ -15,48 +15,19 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..errors import ConfigError, DeltaError
+from ..lakehouse.positions import Commit
+from ..lakehouse.sql import merge_clauses, quote_name, source_columns, unchanged_names
 from ..spark.types import spark_schema
 from .catalog import is_table_name, split_name
-from .positions import Commit
 from .stores import bucket_of, s3a_conf, spark_path
-from .table import StorageOptions, open_table, quote_name, sql_string
+from .table import StorageOptions, open_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 WRITERS = ("delta-rs", "spark")
-
-
-def merge_clauses(
-    columns: list[str], keys: list[str], unchanged: set[str], spark: bool = False
-) -> dict[str, Any]:
-    """The SQL of one MERGE (both writers speak it; ``spark``: Spark SQL's string
-    escapes): the ON condition, the UPDATE assignments and the INSERT values, by target
-    column. Only the ``unchanged`` columns (named in some row's ``_unchanged``) need the
-    CASE that keeps the table's value; the others are plain assignments, which spares the
-    MERGE reading them from the target."""
-
-    def assign(c: str) -> str:
-        if c not in unchanged:
-            return f"s.{quote_name(c)}"
-        return (
-            f"CASE WHEN array_contains(s._unchanged, {sql_string(c, spark)}) "
-            f"THEN t.{quote_name(c)} ELSE s.{quote_name(c)} END"
-        )
-
-    on = " AND ".join(f"t.{quote_name(k)} = s.{quote_name(k)}" for k in keys)
-    update = {quote_name(c): assign(c) for c in columns}
-    insert = {quote_name(c): f"s.{quote_name(c)}" for c in columns}
-    return {"on": on, "update": update, "insert": insert}
-
-
-def unchanged_names(source: pa.Table) -> set[str]:
-    """The columns some row of a MERGE source leaves unchanged."""
-    names = pc.unique(pc.list_flatten(source["_unchanged"])).to_pylist()
-    return {n for n in names if n is not None}
 
 
 class Writer(Protocol):
@@ -324,12 +295,6 @@ class SparkWriter:
         # A catalog table is written at its location: the same Delta table, and the one
         # DataFrame write that takes a transaction identifier and a new schema alike.
         writer.save(spark_path(self.location(path) or path))
-
-
-def source_columns(source: pa.Table) -> list[str]:
-    """The table columns of a MERGE source (everything before ``_delete``)."""
-    names = source.column_names
-    return list(names[: names.index("_delete")] if "_delete" in names else names)
 
 
 def writer_for(

@@ -1,8 +1,9 @@
-"""Where a Delta table stands in the stream, as pure state: no I/O.
+"""Where a lakehouse table stands in the stream, as pure state: no I/O.
 
-A table's position is kept in its own Delta log as transaction identifiers (``txn``
-actions) written in the same commit as the rows (see :mod:`pgwire_cdc.delta`, *Exactly
-once*):
+A table's position is kept with the table, written in the same commit as the rows: in a
+Delta table's log as transaction identifiers (``txn`` actions, see
+:mod:`pgwire_cdc.delta`, *Exactly once*), in an Iceberg snapshot's summary (see
+:mod:`pgwire_cdc.iceberg`). Both record the same two things:
 
 * ``pgwire_cdc`` → the commit LSN of the last transaction applied in full;
 * ``pgwire_cdc@<commit LSN>`` (:func:`txn_id`) → the last ``_tx_ordinal`` applied of a
@@ -49,7 +50,7 @@ def txn_id(commit_lsn: int) -> str:
 
 @dataclass(frozen=True)
 class Commit:
-    """What one Delta commit records besides its rows: ``version`` under ``app_id``, and
+    """What one commit records besides its rows: ``version`` under ``app_id``, and
     the incremental-snapshot ``progress`` (a key list, None once complete, or
     :data:`NO_PROGRESS`)."""
 

@@ -1,0 +1,51 @@
+"""The column types a lakehouse table stores: the change table's, as Spark types them
+(``time`` as strings: :mod:`pgwire_cdc.spark.types`), with plain (not view or large)
+strings and binaries, decoded dictionaries, and every nested field nullable."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from ..spark.types import for_spark
+from ..tables import METADATA_COLUMNS
+
+
+def data_columns(table: pa.Table) -> list[str]:
+    return [c for c in table.column_names if c not in METADATA_COLUMNS]
+
+
+def plain_type(t: pa.DataType) -> pa.DataType:
+    """``t`` as the sink stores it: plain (not view or large) strings and binaries, every
+    nested field nullable (a NOT NULL field is an ``invariants`` table feature to Delta
+    Spark, which delta-rs does not write: delta-io/delta-rs#2882)."""
+    if t == pa.string_view() or pa.types.is_large_string(t):
+        return pa.string()
+    if t == pa.binary_view() or pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_dictionary(t):
+        return plain_type(t.value_type)
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, plain_type(f.type)) for f in t])
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
+        return pa.list_(pa.field(t.value_field.name, plain_type(t.value_type)))
+    return t
+
+
+def plain_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema(
+        [pa.field(f.name, plain_type(f.type), True, f.metadata) for f in schema],
+        metadata=schema.metadata,
+    )
+
+
+def lake_shape(changes: pa.Table) -> pa.Table:
+    """The change table in the types the table holds: time as strings (see
+    :mod:`pgwire_cdc.spark.types`), dictionaries decoded, nested fields nullable. The metadata
+    columns stay as they are."""
+    changes = for_spark(changes)
+    fields = [
+        f if f.name in METADATA_COLUMNS else pa.field(f.name, plain_type(f.type), True, f.metadata)
+        for f in changes.schema
+    ]
+    schema = pa.schema(fields, metadata=changes.schema.metadata)
+    return changes if schema.equals(changes.schema) else changes.cast(schema)

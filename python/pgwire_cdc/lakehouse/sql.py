@@ -1,0 +1,57 @@
+"""The SQL both lakehouse sinks build: quoted names and strings, and the clauses of the
+one MERGE per table and batch (:func:`merge_clauses`) whose source is a reduced change
+table (one final change per key, a ``_delete`` flag, ``_unchanged`` column lists)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def quote_name(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def sql_string(value: str, spark: bool = False) -> str:
+    """A string literal: Spark SQL escapes with backslashes, DataFusion (delta-rs) doubles
+    the quote as standard SQL does."""
+    if spark:
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return "'" + value.replace("'", "''") + "'"
+
+
+def merge_clauses(
+    columns: list[str], keys: list[str], unchanged: set[str], spark: bool = False
+) -> dict[str, Any]:
+    """The SQL of one MERGE (every writer speaks it; ``spark``: Spark SQL's string
+    escapes): the ON condition, the UPDATE assignments and the INSERT values, by target
+    column. Only the ``unchanged`` columns (named in some row's ``_unchanged``) need the
+    CASE that keeps the table's value; the others are plain assignments, which spares the
+    MERGE reading them from the target."""
+
+    def assign(c: str) -> str:
+        if c not in unchanged:
+            return f"s.{quote_name(c)}"
+        return (
+            f"CASE WHEN array_contains(s._unchanged, {sql_string(c, spark)}) "
+            f"THEN t.{quote_name(c)} ELSE s.{quote_name(c)} END"
+        )
+
+    on = " AND ".join(f"t.{quote_name(k)} = s.{quote_name(k)}" for k in keys)
+    update = {quote_name(c): assign(c) for c in columns}
+    insert = {quote_name(c): f"s.{quote_name(c)}" for c in columns}
+    return {"on": on, "update": update, "insert": insert}
+
+
+def unchanged_names(source: pa.Table) -> set[str]:
+    """The columns some row of a MERGE source leaves unchanged."""
+    names = pc.unique(pc.list_flatten(source["_unchanged"])).to_pylist()
+    return {n for n in names if n is not None}
+
+
+def source_columns(source: pa.Table) -> list[str]:
+    """The table columns of a MERGE source (everything before ``_delete``)."""
+    names = source.column_names
+    return list(names[: names.index("_delete")] if "_delete" in names else names)
