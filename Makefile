@@ -37,7 +37,18 @@ $(JARS_STAMP): deps/pom.xml
 	cd deps && mvn -q -B dependency:copy-dependencies -DoutputDirectory=../$(JARS) -DincludeScope=runtime
 	touch $(JARS_STAMP)
 
-jars: $(JARS_STAMP)
+# The Iceberg jars (deps/iceberg/pom.xml: the shaded Spark runtime and the SQLite JDBC
+# driver of the local catalog), for session(iceberg=True) via $PGWIRE_CDC_ICEBERG_JARS.
+ICEBERG_JARS       := .cache/jars/iceberg
+ICEBERG_JARS_STAMP := $(ICEBERG_JARS)/.stamp
+export PGWIRE_CDC_ICEBERG_JARS := $(CURDIR)/$(ICEBERG_JARS)
+
+$(ICEBERG_JARS_STAMP): deps/iceberg/pom.xml
+	rm -rf $(ICEBERG_JARS)
+	cd deps/iceberg && mvn -q -B dependency:copy-dependencies -DoutputDirectory=../../$(ICEBERG_JARS) -DincludeScope=runtime
+	touch $(ICEBERG_JARS_STAMP)
+
+jars: $(JARS_STAMP) $(ICEBERG_JARS_STAMP)
 
 # Release build: tests, the demo and the benches all run the optimised extension, with the
 # test-only classes of the Cargo feature `test-client` (tests/test_pg_client.py); the

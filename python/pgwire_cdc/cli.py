@@ -300,7 +300,9 @@ def cmd_stream(args: argparse.Namespace) -> int:
         if writer == "spark":
             from .spark import session
 
-            spark = session("pgwire_cdc-stream", delta=True, **(s3a_conf() if remote else {}))
+            spark = session(
+                "pgwire_cdc-stream", delta=True, iceberg=False, **(s3a_conf() if remote else {})
+            )
         try:
             stats = delta.run(
                 args.dsn,

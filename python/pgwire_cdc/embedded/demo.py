@@ -352,7 +352,7 @@ def _compare(
                 "spark.ui.showConsoleProgress": "false",
             }
             _say("reading the Delta tables with Spark ...")
-            spark = spark_session("pgwire_cdc-demo", "local[2]", delta=True, **conf)
+            spark = spark_session("pgwire_cdc-demo", "local[2]", delta=True, iceberg=False, **conf)
             if not is_connect(spark):  # ($SPARK_REMOTE) a server keeps its own log level
                 spark.sparkContext.setLogLevel("ERROR")
         except ImportError:

@@ -7,7 +7,8 @@ the ``pgwire_cdc`` data source.
 * :mod:`~pgwire_cdc.spark.source`: ``format("pgwire_cdc")``, batch and streaming;
 * :mod:`~pgwire_cdc.spark.snapshot`: a table read by Spark tasks under one snapshot;
 * :mod:`~pgwire_cdc.spark.keeper`: the process that holds that snapshot;
-* :mod:`~pgwire_cdc.spark.jars`: the pinned Delta Lake jars, and their download.
+* :mod:`~pgwire_cdc.spark.jars`: the pinned Delta Lake and Iceberg jars, and the
+  download of Delta's.
 
 This package re-exports the public names of the first two; the data source needs PySpark
 when it is imported, the others only when called.
@@ -15,15 +16,25 @@ when it is imported, the others only when called.
 
 from __future__ import annotations
 
-from .jars import DELTA_SPARK_PACKAGE
-from .sessions import DELTA_JARS_ENV, delta_jars, register, session
+from .jars import DELTA_SPARK_PACKAGE, ICEBERG_SPARK_PACKAGE
+from .sessions import (
+    DELTA_JARS_ENV,
+    ICEBERG_JARS_ENV,
+    delta_jars,
+    iceberg_jars,
+    register,
+    session,
+)
 from .types import for_spark, spark_schema, spark_type, to_spark
 
 __all__ = [
     "DELTA_JARS_ENV",
     "DELTA_SPARK_PACKAGE",
+    "ICEBERG_JARS_ENV",
+    "ICEBERG_SPARK_PACKAGE",
     "delta_jars",
     "for_spark",
+    "iceberg_jars",
     "register",
     "session",
     "spark_schema",

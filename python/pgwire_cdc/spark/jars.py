@@ -41,6 +41,16 @@ DELTA_JARS = (
     "org.roaringbitmap:shims:0.9.25",
 )
 
+#: The Iceberg Spark runtime for the pinned PySpark minor version (4.1): one shaded jar
+#: (Iceberg publishes one per Spark minor version, as Delta does).
+ICEBERG_SPARK_PACKAGE = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"
+
+#: The SQLite JDBC driver of the local JDBC catalog (:mod:`pgwire_cdc.iceberg.catalog`).
+SQLITE_JDBC_PACKAGE = "org.xerial:sqlite-jdbc:3.54.1.0"
+
+#: What ``session(iceberg=True)`` loads: ``deps/iceberg/pom.xml`` pins the same.
+ICEBERG_JARS = (ICEBERG_SPARK_PACKAGE, SQLITE_JDBC_PACKAGE)
+
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 
 #: Seconds a download may stall before it fails.

@@ -1,12 +1,13 @@
 """Spark sessions set up for pgwire_cdc: :func:`session` (UTC, Arrow transfers, Delta
-Lake's jars on request) and :func:`register` (the ``pgwire_cdc`` data source)."""
+Lake's and Iceberg's jars on request) and :func:`register` (the ``pgwire_cdc`` data
+source)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
 from ..errors import ConfigError
-from .jars import DELTA_SPARK_PACKAGE
+from .jars import DELTA_SPARK_PACKAGE, ICEBERG_JARS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -18,22 +19,40 @@ if TYPE_CHECKING:
 DELTA_JARS_ENV = "PGWIRE_CDC_DELTA_JARS"
 
 
+#: A directory of Iceberg jars (``make jars`` fills ``.cache/jars/iceberg``): used instead
+#: of resolving ICEBERG_JARS from Maven Central at session start.
+ICEBERG_JARS_ENV = "PGWIRE_CDC_ICEBERG_JARS"
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+ICEBERG_EXTENSION = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+
+
 def delta_jars() -> list[str]:
     """The jars of $PGWIRE_CDC_DELTA_JARS that Spark does not ship itself (Spark's own
     copies of Hadoop, Parquet, Jackson, Scala... win)."""
+    return _jars_of(DELTA_JARS_ENV, "`pgwire-cdc jars {folder}`")
+
+
+def iceberg_jars() -> list[str]:
+    """The jars of $PGWIRE_CDC_ICEBERG_JARS (the Iceberg Spark runtime and the SQLite
+    JDBC driver), less any Spark ships itself."""
+    return _jars_of(ICEBERG_JARS_ENV, "`make jars`")
+
+
+def _jars_of(env: str, fill: str) -> list[str]:
     import glob
     import os
 
     import pyspark
 
-    folder = os.environ.get(DELTA_JARS_ENV)
+    folder = os.environ.get(env)
     if not folder:
         return []
     jars = sorted(glob.glob(os.path.join(folder, "*.jar")))
     if not jars:
         raise ConfigError(
-            f"${DELTA_JARS_ENV} is {folder!r} but holds no jars: fill it with "
-            f"`pgwire-cdc jars {folder}`, or unset it"
+            f"${env} is {folder!r} but holds no jars: fill it with "
+            f"{fill.format(folder=folder)}, or unset it"
         )
 
     def artifact(path: str) -> str:
@@ -49,6 +68,7 @@ def session(
     master: str = "local[*]",
     delta: bool = False,
     remote: str | None = None,
+    iceberg: bool = False,
     **conf: str,
 ) -> SparkSession:
     """A Spark session set up the way the hand-off expects: UTC session time zone and
@@ -62,7 +82,11 @@ def session(
     ``delta=True`` configures Delta Lake: the jars of ``$PGWIRE_CDC_DELTA_JARS`` when set
     (``pgwire-cdc jars DIR``), else ``spark.jars.packages`` resolves ``DELTA_SPARK_PACKAGE`` from
     Maven Central (a :class:`ConfigError` naming ``pgwire-cdc jars`` when that fails),
-    plus Delta's SQL extension and catalog. Extra ``conf`` entries
+    plus Delta's SQL extension and catalog. ``iceberg=True`` likewise loads Iceberg's
+    Spark runtime (``$PGWIRE_CDC_ICEBERG_JARS``, else ``spark.jars.packages``) and its SQL
+    extension; the Iceberg catalogs themselves are settings of their own
+    (:func:`pgwire_cdc.iceberg.catalog_conf`), which may be passed here or set on the
+    session later, before the catalog is first used. Extra ``conf`` entries
     (``**{"spark.key": "value"}``) are passed through.
 
     ``remote="sc://host:port"`` (or ``$SPARK_REMOTE``) returns a Spark Connect session
@@ -74,7 +98,7 @@ def session(
 
     remote = remote or os.environ.get("SPARK_REMOTE")
     if remote:
-        return connect_session(remote, app_name, delta=delta, **conf)
+        return connect_session(remote, app_name, delta=delta, iceberg=iceberg, **conf)
 
     builder = (
         SparkSession.builder.appName(app_name)
@@ -95,18 +119,29 @@ def session(
         builder = builder.config("spark.sql.shuffle.partitions", "4")
         builder = builder.config("spark.databricks.delta.snapshotPartitions", "2")
     resolves = False
+    jars: list[str] = []
+    packages: list[str] = []
+    extensions: list[str] = []
     if delta:
-        jars = delta_jars()
-        resolves = not jars
-        if jars:
-            builder = builder.config("spark.jars", ",".join(jars))
-        else:
-            builder = builder.config("spark.jars.packages", DELTA_SPARK_PACKAGE)
+        found = delta_jars()
+        resolves = not found
+        jars += found
+        packages += [] if found else [DELTA_SPARK_PACKAGE]
+        extensions.append(DELTA_EXTENSION)
         builder = builder.config(
-            "spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension"
-        ).config(
             "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
         )
+    if iceberg:
+        found = iceberg_jars()
+        jars += found
+        packages += [] if found else list(ICEBERG_JARS)
+        extensions.append(ICEBERG_EXTENSION)
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+    if packages:
+        builder = builder.config("spark.jars.packages", ",".join(packages))
+    if extensions:
+        builder = builder.config("spark.sql.extensions", ",".join(extensions))
     for key, value in conf.items():
         builder = builder.config(key, value)
     try:
@@ -186,7 +221,11 @@ def register(spark: SparkSession) -> None:
 
 
 def connect_session(
-    remote: str, app_name: str = "pgwire_cdc", delta: bool = False, **conf: str
+    remote: str,
+    app_name: str = "pgwire_cdc",
+    delta: bool = False,
+    iceberg: bool = False,
+    **conf: str,
 ) -> SparkSession:
     """A Spark Connect session to ``remote`` (``sc://host:port``) set up as :func:`session`
     sets up a classic one, where a client can: UTC session time zone and Arrow transfers
@@ -215,7 +254,7 @@ def connect_session(
     spark = cast("SparkSession", builder.getOrCreate())
     for key, value in settings.items():
         spark.conf.set(key, value)
-    check_server(spark, delta=delta)
+    check_server(spark, delta=delta, iceberg=iceberg)
     register(spark)
     return spark
 
@@ -230,11 +269,11 @@ def is_connect(spark: SparkSession) -> bool:
     return isinstance(spark, ConnectSession)
 
 
-def check_server(spark: SparkSession, delta: bool = False) -> None:
+def check_server(spark: SparkSession, delta: bool = False, iceberg: bool = False) -> None:
     """Raises :class:`ConfigError` with what to do when the Spark server behind ``spark``
     cannot run pgwire_cdc's Python code: its Python workers must import pgwire_cdc, in the
     same Python minor version as this process; with ``delta=True``, it must have Delta
-    Lake's SQL extension. Runs one one-row job."""
+    Lake's SQL extension, with ``iceberg=True`` Iceberg's. Runs one one-row job."""
     import sys
 
     from pyspark.errors import PySparkException
@@ -265,8 +304,14 @@ def check_server(spark: SparkSession, delta: bool = False) -> None:
             f"the Spark server's Python workers run Python {row['v']}, this client {here}: "
             "Python data sources and foreachBatch functions need the same minor version"
         )
+    extensions = spark.conf.get("spark.sql.extensions", "") or ""
+    if iceberg and ICEBERG_EXTENSION not in extensions:
+        raise ConfigError(
+            "the Spark server has no Iceberg: start it with the Iceberg runtime (`--jars` "
+            "from `make jars`, or `--packages " + ",".join(ICEBERG_JARS) + "`) and --conf "
+            f"spark.sql.extensions={ICEBERG_EXTENSION}"
+        )
     if delta:
-        extensions = spark.conf.get("spark.sql.extensions", "") or ""
         if "DeltaSparkSessionExtension" not in extensions:
             raise ConfigError(
                 "the Spark server has no Delta Lake: start it with the Delta jars (`--packages "
