@@ -4,7 +4,7 @@
 - `pg`: parametrized over both servers (ids ``pg15`` / ``pg18``).
 - `db`: a fresh database on `pg` with an autocommit psycopg 3 connection; dropped afterwards
   (together with its replication slots and prepared transactions).
-- `spark`: Spark (UTC, Arrow on, Delta Lake configured), parametrized: one classic
+- `spark`: Spark (UTC, Arrow on, Delta Lake and Iceberg configured), parametrized: one classic
   ``local[2]`` session and one Spark Connect session on a local Connect server (ids
   ``classic`` / ``connect``), each started the first time a test asks.
 
@@ -33,6 +33,11 @@ from support.server import SERVERS, PgCluster
 # Spark session of the tests and the programs they start.
 os.environ.setdefault(
     "PGWIRE_CDC_DELTA_JARS", str(Path(__file__).resolve().parent.parent / ".cache/jars/delta")
+)
+# The Iceberg jars (`make jars`), likewise: one classic session per test process serves the
+# Delta and the Iceberg tests (a JVM's jars are fixed when it starts).
+os.environ.setdefault(
+    "PGWIRE_CDC_ICEBERG_JARS", str(Path(__file__).resolve().parent.parent / ".cache/jars/iceberg")
 )
 
 
@@ -116,6 +121,7 @@ def classic_spark() -> Iterator[Any]:
         "pgwire_cdc-tests",
         "local[2]",
         delta=True,
+        iceberg=True,
         **{
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "2",
@@ -127,6 +133,37 @@ def classic_spark() -> Iterator[Any]:
         yield spark
     finally:
         spark.stop()
+
+
+#: The Iceberg catalog of the tests' Spark sessions (pyiceberg opens it under this name).
+ICEBERG_CATALOG = "lake"
+
+
+@pytest.fixture(scope="session")
+def iceberg_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The local JDBC-on-SQLite Iceberg catalog of the whole run: each test keeps its
+    tables in a namespace of its own."""
+    return tmp_path_factory.mktemp("iceberg")
+
+
+@pytest.fixture
+def iceberg_spark(classic_spark: Any, iceberg_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The classic session with the catalog ``lake`` (a catalog's settings may be set on a
+    running session, before its first use)."""
+    from pgwire_cdc.iceberg import local_catalog_conf
+
+    monkeypatch.delenv(CONNECT_MODE, raising=False)
+    for key, value in local_catalog_conf(ICEBERG_CATALOG, iceberg_dir).items():
+        classic_spark.conf.set(key, value)
+    return classic_spark
+
+
+@pytest.fixture
+def iceberg_catalog(iceberg_dir: Path) -> Any:
+    """pyiceberg's view of the same catalog."""
+    from pgwire_cdc.iceberg import local_catalog
+
+    return local_catalog(ICEBERG_CATALOG, iceberg_dir)
 
 
 #: PySpark marks a process as a Spark Connect client with this variable once it creates a

@@ -97,6 +97,12 @@ class DeltaError(Error):
     table and what to do."""
 
 
+class IcebergError(Error):
+    """An Iceberg table cannot take a batch of changes (its columns do not fit, it was
+    written from another stream, or Spark is not set up for Iceberg). The message says
+    which table and what to do."""
+
+
 class SpillError(Error):
     """A streamed or prepared transaction too large for ``spill_threshold`` could not be
     held on disk (``spill_dir`` missing, not writable, or full). Nothing was acked past it:

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from .. import pipeline
 from ..errors import ConfigError
+from ..lakehouse.shape import with_keys
 from ..lakehouse.stats import ApplyStats
 from ..streaming import StreamOptions
 from ..tables import key_columns
@@ -98,7 +99,7 @@ def merge_changes(
         spark = spark or changes.sparkSession
         rows = changes.toArrow()
     if keys is not None:
-        rows = _with_keys(rows, list(keys))
+        rows = with_keys(rows, list(keys))
     elif (
         key_columns(rows) is None
         and (rows.schema.metadata or {}).get(b"pg_replica_identity") is None
@@ -119,22 +120,6 @@ def merge_changes(
     # Complete transactions: the batch's LSN lies past every commit in it.
     lsn = int(pc.max(rows["_commit_lsn"]).as_py()) + 1
     return sink.apply_table(target, rows, lsn)
-
-
-def _with_keys(table: pa.Table, keys: list[str]) -> pa.Table:
-    """``table`` with its key columns marked as the change tables mark them."""
-    missing = [k for k in keys if k not in table.column_names]
-    if missing:
-        raise ConfigError(f"key column(s) {missing} are not among the changes' columns")
-    fields = [
-        f.with_metadata({**(f.metadata or {}), b"pg_replica_identity": b"true"})
-        if f.name in keys
-        else f
-        for f in table.schema
-    ]
-    identity = b"d" if keys else b"f"
-    metadata = {**(table.schema.metadata or {}), b"pg_replica_identity": identity}
-    return table.replace_schema_metadata(None).cast(pa.schema(fields, metadata=metadata))
 
 
 def run(

@@ -16,60 +16,17 @@ metastore accepts; or by the caller's function.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
-from ..lakehouse.sql import quote_name
-
-
-def default_table_name(source: str) -> str:
-    """The catalog table name of the source table ``source`` ("schema.table"):
-    ``public.Order Lines`` → ``public_order_lines``."""
-    return re.sub(r"[^a-z0-9_]", "_", source.lower())
+from ..lakehouse.sql import default_table_name, quote_name, split_name
 
 
 def is_table_name(ref: str) -> bool:
     """Whether the table reference ``ref`` is a catalog name (see the module docs), not a
     path."""
     return ref.startswith("`")
-
-
-def split_name(name: str) -> list[str]:
-    """The parts of a dotted SQL name, each unquoted: ``a.\\`b.c\\`.d`` → ``["a", "b.c",
-    "d"]`` (a doubled backtick inside a quoted part is one backtick)."""
-    parts: list[str] = []
-    current: list[str] = []
-    quoted = started = False
-    i = 0
-    while i < len(name):
-        ch = name[i]
-        if quoted:
-            if ch == "`" and name[i + 1 : i + 2] == "`":
-                current.append("`")
-                i += 1
-            elif ch == "`":
-                quoted = False
-            else:
-                current.append(ch)
-        elif ch == "`" and not current:
-            quoted = started = True
-        elif ch == ".":
-            parts.append("".join(current))
-            current, started = [], False
-        elif ch == "`":
-            raise ConfigError(f"table name {name!r}: a backtick inside an unquoted part")
-        else:
-            current.append(ch)
-            started = True
-        i += 1
-    if quoted:
-        raise ConfigError(f"table name {name!r}: an unclosed backtick")
-    parts.append("".join(current))
-    if not started or any(not p for p in parts):
-        raise ConfigError(f"table name {name!r}: an empty part")
-    return parts
 
 
 def table_ref(name: str) -> str:

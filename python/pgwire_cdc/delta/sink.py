@@ -20,10 +20,10 @@ from .. import _native
 from ..errors import ConfigError, DeltaError
 from ..lakehouse.positions import APP_ID, NO_PROGRESS, PROGRESS_APP_ID, Commit, cut, unapplied
 from ..lakehouse.shape import data_columns, lake_shape, plain_schema
-from ..lakehouse.sql import quote_name, source_columns, sql_string
+from ..lakehouse.sql import default_table_name, quote_name, source_columns, sql_string
 from ..lakehouse.stats import ApplyStats
 from ..tables import METADATA_COLUMNS, key_columns, mark_unchanged, table_of
-from .catalog import CatalogNames, default_table_name, is_table_name
+from .catalog import CatalogNames, is_table_name
 from .table import (
     Position,
     StorageOptions,

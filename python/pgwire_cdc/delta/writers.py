@@ -18,9 +18,9 @@ import pyarrow as pa
 
 from ..errors import ConfigError, DeltaError
 from ..lakehouse.positions import Commit
-from ..lakehouse.sql import merge_clauses, quote_name, source_columns, unchanged_names
+from ..lakehouse.sql import merge_clauses, quote_name, source_columns, split_name, unchanged_names
 from ..spark.types import spark_schema
-from .catalog import is_table_name, split_name
+from .catalog import is_table_name
 from .stores import bucket_of, s3a_conf, spark_path
 from .table import StorageOptions, open_table
 

@@ -133,3 +133,19 @@ def cut(
     ordinal = int(tail["_tx_ordinal"][-1].as_py())
     parts.append((tail, Commit(txn_id(last), ordinal, progress)))
     return parts
+
+
+def reached(
+    changes: pa.Table, batch_lsn: int, lsn: int | None
+) -> tuple[int | None, tuple[int, int] | None]:
+    """Where a table stands once ``changes`` (non-empty, in commit order, past the table's
+    position ``lsn``) are applied in one commit: the commit LSN of the last transaction
+    applied in full, and (commit LSN, last ordinal) of a transaction the batch cut in two
+    (its LSN ``batch_lsn`` does not lie past the last row's commit), else None. The same
+    cut as :func:`cut`, recorded by one commit where a format can record both at once."""
+    last = int(changes["_commit_lsn"][-1].as_py())
+    if batch_lsn > last:
+        return last, None
+    head = changes.filter(pc.less(changes["_commit_lsn"], last))
+    complete = int(head["_commit_lsn"][-1].as_py()) if head.num_rows else lsn
+    return complete, (last, int(changes["_tx_ordinal"][-1].as_py()))

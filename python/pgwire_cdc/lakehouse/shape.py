@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from ..errors import ConfigError
 from ..spark.types import for_spark
 from ..tables import METADATA_COLUMNS
 
@@ -49,3 +50,19 @@ def lake_shape(changes: pa.Table) -> pa.Table:
     ]
     schema = pa.schema(fields, metadata=changes.schema.metadata)
     return changes if schema.equals(changes.schema) else changes.cast(schema)
+
+
+def with_keys(table: pa.Table, keys: list[str]) -> pa.Table:
+    """``table`` with its key columns marked as the change tables mark them."""
+    missing = [k for k in keys if k not in table.column_names]
+    if missing:
+        raise ConfigError(f"key column(s) {missing} are not among the changes' columns")
+    fields = [
+        f.with_metadata({**(f.metadata or {}), b"pg_replica_identity": b"true"})
+        if f.name in keys
+        else f
+        for f in table.schema
+    ]
+    identity = b"d" if keys else b"f"
+    metadata = {**(table.schema.metadata or {}), b"pg_replica_identity": identity}
+    return table.replace_schema_metadata(None).cast(pa.schema(fields, metadata=metadata))

@@ -4,10 +4,13 @@ table (one final change per key, a ``_delete`` flag, ``_unchanged`` column lists
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from ..errors import ConfigError
 
 
 def quote_name(name: str) -> str:
@@ -55,3 +58,45 @@ def source_columns(source: pa.Table) -> list[str]:
     """The table columns of a MERGE source (everything before ``_delete``)."""
     names = source.column_names
     return list(names[: names.index("_delete")] if "_delete" in names else names)
+
+
+def default_table_name(source: str) -> str:
+    """The catalog table name of the source table ``source`` ("schema.table"):
+    ``public.Order Lines`` → ``public_order_lines``."""
+    return re.sub(r"[^a-z0-9_]", "_", source.lower())
+
+
+def split_name(name: str) -> list[str]:
+    """The parts of a dotted SQL name, each unquoted: ``a.\\`b.c\\`.d`` → ``["a", "b.c",
+    "d"]`` (a doubled backtick inside a quoted part is one backtick)."""
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = started = False
+    i = 0
+    while i < len(name):
+        ch = name[i]
+        if quoted:
+            if ch == "`" and name[i + 1 : i + 2] == "`":
+                current.append("`")
+                i += 1
+            elif ch == "`":
+                quoted = False
+            else:
+                current.append(ch)
+        elif ch == "`" and not current:
+            quoted = started = True
+        elif ch == ".":
+            parts.append("".join(current))
+            current, started = [], False
+        elif ch == "`":
+            raise ConfigError(f"table name {name!r}: a backtick inside an unquoted part")
+        else:
+            current.append(ch)
+            started = True
+        i += 1
+    if quoted:
+        raise ConfigError(f"table name {name!r}: an unclosed backtick")
+    parts.append("".join(current))
+    if not started or any(not p for p in parts):
+        raise ConfigError(f"table name {name!r}: an empty part")
+    return parts

@@ -1,0 +1,197 @@
+"""The public ways into the Iceberg sink: :func:`run` (a stream kept in Iceberg tables),
+:func:`apply` (one batch), :func:`merge_changes` (a DataFrame of changes, for Spark's
+``foreachBatch``) and :func:`maintain` (compaction and snapshot expiry that keep the
+position)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import pipeline
+from ..errors import ConfigError
+from ..lakehouse.shape import with_keys
+from ..lakehouse.sql import quote_name, split_name, sql_string
+from ..lakehouse.stats import ApplyStats
+from ..streaming import StreamOptions
+from ..tables import key_columns
+from .sink import IcebergSink
+from .table import LSN_KEY, PARTIAL_KEY
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from ..streaming import Batch
+
+log = logging.getLogger("pgwire_cdc")
+
+
+def run(
+    dsn: str,
+    catalog: str,
+    namespace: str,
+    *,
+    publication: str = "pgwire_cdc",
+    slot: str = "pgwire_cdc_slot",
+    tables: Iterable[str] | None = None,
+    spark: SparkSession | None = None,
+    table_name: Callable[[str], str] | None = None,
+    properties: Mapping[str, str] | None = None,
+    on_batch: Callable[[IcebergSink, Batch, ApplyStats], None] | None = None,
+    on_step: Callable[[str], None] | None = None,
+    **stream_options: Any,
+) -> ApplyStats:
+    """Keeps one Iceberg table per published table in ``catalog.namespace`` (a catalog
+    of ``spark``'s: :func:`~pgwire_cdc.iceberg.catalog_conf`) until the stream ends (give
+    ``until_lsn`` or ``idle_timeout`` for a run that ends by itself). Each batch is
+    committed before it is acked; ``on_batch`` is called after each one. Source table
+    ``s.t`` becomes ``s_t`` in lower case (every character other than ``a-z``, ``0-9``
+    and ``_`` written ``_``), or ``table_name("s.t")``; tables created get ``properties``
+    over :data:`~pgwire_cdc.iceberg.DEFAULT_PROPERTIES`."""
+    sink = IcebergSink(
+        spark, catalog, namespace, table_name=table_name, properties=properties, on_step=on_step
+    )
+    options = StreamOptions(
+        publication=publication,
+        slot=slot,
+        tables=list(tables) if tables is not None else None,
+        **stream_options,
+    )
+    total = ApplyStats()
+    started = time.monotonic()
+
+    def applied(batch: Batch, stats: ApplyStats) -> None:
+        total.add(stats)
+        if on_batch is not None:
+            on_batch(sink, batch, stats)
+
+    pipeline.run(dsn, options, sink, on_batch=applied)
+    log.info(
+        "iceberg: %d changes in %d batches (%d snapshots) in %.1f s",
+        total.changes,
+        total.batches,
+        total.commits,
+        time.monotonic() - started,
+    )
+    return total
+
+
+def apply(
+    batch: Batch,
+    catalog: str,
+    namespace: str,
+    spark: SparkSession | None = None,
+    *,
+    table_name: Callable[[str], str] | None = None,
+    properties: Mapping[str, str] | None = None,
+) -> ApplyStats:
+    """Commits one ``stream()`` batch to the Iceberg tables in ``catalog.namespace``;
+    the caller acks the batch after this returns."""
+    sink = IcebergSink(spark, catalog, namespace, table_name=table_name, properties=properties)
+    return sink.apply(batch)
+
+
+def table_sql_name(table: str) -> str:
+    """``table`` (``catalog.namespace.table``, parts in backticks where needed) with
+    every part quoted."""
+    parts = split_name(table)
+    if len(parts) < 2:
+        raise ConfigError(f"name the Iceberg table with its namespace: {table!r}")
+    return ".".join(quote_name(p) for p in parts)
+
+
+def merge_changes(
+    changes: DataFrame | pa.Table,
+    table: str,
+    keys: Sequence[str] | None = None,
+    spark: SparkSession | None = None,
+    *,
+    properties: Mapping[str, str] | None = None,
+) -> ApplyStats:
+    """MERGEs a Spark DataFrame (or Arrow table) of changes of one table — the rows the
+    ``format("pgwire_cdc")`` streaming source yields, complete transactions — into the
+    Iceberg table ``table`` (``catalog.namespace.table``; created when missing). Made for
+    ``foreachBatch``: a micro-batch run again after a failure is skipped row by row
+    against the table's recorded position.
+
+    ``keys``: the table's replica-identity key columns (``[]`` for a table without one,
+    kept as a multiset); a change table from ``stream()`` carries them already."""
+    if isinstance(changes, pa.Table):
+        rows = changes
+    else:
+        spark = spark or changes.sparkSession
+        rows = changes.toArrow()
+    if keys is not None:
+        rows = with_keys(rows, list(keys))
+    elif (
+        key_columns(rows) is None
+        and (rows.schema.metadata or {}).get(b"pg_replica_identity") is None
+    ):
+        raise ConfigError(
+            "merge_changes() needs keys=[...]: the table's replica-identity key columns "
+            "(keys=[] for a REPLICA IDENTITY FULL table without a key)"
+        )
+    if rows.num_rows == 0:
+        return ApplyStats(batches=1)
+    ref = table_sql_name(table)
+    parts = split_name(table)
+    sink = IcebergSink(spark, parts[0], ".".join(parts[1:-1]), properties=properties)
+    # Complete transactions: the batch's LSN lies past every commit in it.
+    lsn = int(pc.max(rows["_commit_lsn"]).as_py()) + 1
+    return sink.apply_table(ref, rows, lsn)
+
+
+def maintain(
+    spark: SparkSession,
+    table: str,
+    *,
+    rewrite_data: bool = True,
+    rewrite_deletes: bool = True,
+    expire: bool = True,
+    retain_last: int = 1,
+    older_than: str | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Compacts the Iceberg table ``table`` (``catalog.namespace.table``) and expires
+    its old snapshots, keeping its stream position: ``rewrite_data_files`` (small files
+    and the delete files of merge-on-read folded into new data files),
+    ``rewrite_position_delete_files``, then ``expire_snapshots`` of snapshots older than
+    ``older_than`` (a timestamp literal, default: now) but never the newest snapshot
+    that records the position, nor the ``retain_last`` newest. Returns each procedure's
+    result rows.
+
+    Snapshots of compaction carry no position of their own; the position is read from the
+    newest snapshot that has one, walking back from the current snapshot, so it must not
+    be expired. Other maintenance jobs must keep it too: expire only snapshots older than
+    the one :func:`~pgwire_cdc.iceberg.position` reads (docs/iceberg.md)."""
+    ref = table_sql_name(table)
+    catalog = quote_name(split_name(table)[0])
+    name = sql_string(ref, True)
+    results: dict[str, list[dict[str, Any]]] = {}
+
+    def call(procedure: str, args: str) -> None:
+        rows = spark.sql(f"CALL {catalog}.system.{procedure}({args})").collect()
+        results[procedure] = [r.asDict() for r in rows]
+
+    if rewrite_data:
+        call("rewrite_data_files", f"table => {name}")
+    if rewrite_deletes:
+        call("rewrite_position_delete_files", f"table => {name}")
+    if expire:
+        keys = f"'{LSN_KEY}', '{PARTIAL_KEY}'"
+        bound = f"TIMESTAMP {sql_string(older_than, True)}" if older_than else "current_timestamp()"
+        # As text in the session's time zone, read back as a literal in the same zone.
+        (row,) = spark.sql(
+            f"SELECT CAST(least({bound}, coalesce(max(committed_at), {bound})) AS STRING) AS t "
+            f"FROM {ref}.snapshots WHERE size(map_filter(summary, (k, v) -> k IN ({keys}))) > 0"
+        ).collect()
+        stamp = sql_string(row["t"], True)
+        call(
+            "expire_snapshots",
+            f"table => {name}, older_than => TIMESTAMP {stamp}, retain_last => {retain_last}",
+        )
+    return results

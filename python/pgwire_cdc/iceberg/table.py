@@ -1,0 +1,133 @@
+"""Iceberg tables as the sink keeps them: their names, where they stand in the stream, and
+reading them without Spark.
+
+A table's position lives in the summaries of the snapshots the sink commits (set through
+``spark.sql.iceberg.snapshot-property.<key>`` around each write, see
+:mod:`pgwire_cdc.iceberg`):
+
+* ``pgwire_cdc.lsn``: the commit LSN of the last transaction applied in full;
+* ``pgwire_cdc.partial``: ``<commit LSN>:<ordinal>`` when the commit ended inside a
+  transaction that a batch cut in two (absent otherwise);
+* ``pgwire_cdc.progress``: an incremental copy's progress (JSON, as
+  :meth:`~pgwire_cdc.lakehouse.positions.Commit.metadata` writes it), when one is under
+  way.
+
+:func:`position` reads them from the newest snapshot that has them, walking back from the
+table's current snapshot through its ancestors: snapshots others commit (compaction, a
+user's own writes) carry none and are passed over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from ..lakehouse.positions import NO_PROGRESS, progress_of, txn_id
+from ..lakehouse.sql import default_table_name, quote_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SUMMARY_PREFIX = "pgwire_cdc."
+LSN_KEY = f"{SUMMARY_PREFIX}lsn"
+PARTIAL_KEY = f"{SUMMARY_PREFIX}partial"
+PROGRESS_KEY = f"{SUMMARY_PREFIX}progress"
+SUMMARY_KEYS = (LSN_KEY, PARTIAL_KEY, PROGRESS_KEY)
+
+#: The session settings whose values Iceberg copies into the summary of each snapshot
+#: committed while they are set.
+SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where an Iceberg table stands in the stream (see the module documentation)."""
+
+    #: Commit LSN of the last transaction applied in full (None: nothing yet).
+    lsn: int | None
+    #: (commit LSN, last ordinal applied) of a transaction cut in two, or None.
+    partial: tuple[int, int] | None = None
+    #: Incremental-copy progress (a key list, None once complete), or NO_PROGRESS.
+    progress: Any = NO_PROGRESS
+
+    def ordinal_of(self, txn: str) -> int | None:
+        """How far into the cut transaction ``txn`` (a
+        :func:`~pgwire_cdc.lakehouse.positions.txn_id`) the table reaches."""
+        if self.partial is not None and txn_id(self.partial[0]) == txn:
+            return self.partial[1]
+        return None
+
+    def summary(self) -> dict[str, str | None]:
+        """The snapshot properties recording this position (None: unset)."""
+        from ..lakehouse.positions import Commit
+
+        progress = Commit("", 0, self.progress).metadata()
+        return {
+            LSN_KEY: None if self.lsn is None else str(self.lsn),
+            PARTIAL_KEY: None if self.partial is None else f"{self.partial[0]}:{self.partial[1]}",
+            PROGRESS_KEY: progress,
+        }
+
+    @staticmethod
+    def from_summary(summary: dict[str, str]) -> Position:
+        lsn = summary.get(LSN_KEY)
+        partial = summary.get(PARTIAL_KEY)
+        cut = None
+        if partial:
+            commit, _, ordinal = partial.partition(":")
+            cut = (int(commit), int(ordinal))
+        return Position(int(lsn) if lsn else None, cut, progress_of(summary.get(PROGRESS_KEY)))
+
+
+def table_ref(
+    catalog: str,
+    namespace: str,
+    source: str,
+    table_name: Callable[[str], str] = default_table_name,
+) -> str:
+    """The Spark SQL name of the Iceberg table holding the source table ``source``
+    ("schema.table"): ``catalog.namespace.<table_name(source)>``, each part quoted
+    (``public.Orders`` → ``lake.app.public_orders`` by default)."""
+    parts = [catalog, *namespace.split("."), table_name(source)]
+    return ".".join(quote_name(p) for p in parts)
+
+
+def exists(spark: SparkSession, ref: str) -> bool:
+    return bool(spark.catalog.tableExists(ref))
+
+
+def position(spark: SparkSession, ref: str) -> Position | None:
+    """The stream position recorded in the Iceberg table ``ref`` (a Spark SQL name),
+    Position(None) when no snapshot of it records one, None without table."""
+    if not exists(spark, ref):
+        return None
+    heads = spark.sql(f"SELECT snapshot_id FROM {ref}.refs WHERE name = 'main'").collect()
+    if not heads:
+        return Position(None)
+    keys = ", ".join(f"'{k}'" for k in SUMMARY_KEYS)
+    snapshots = spark.sql(
+        f"SELECT snapshot_id, parent_id, map_filter(summary, (k, v) -> k IN ({keys})) AS s "
+        f"FROM {ref}.snapshots"
+    ).collect()
+    by_id = {r["snapshot_id"]: r for r in snapshots}
+    current = heads[0]["snapshot_id"]
+    while current in by_id:
+        row = by_id[current]
+        summary = dict(row["s"] or {})
+        if LSN_KEY in summary or PARTIAL_KEY in summary:
+            return Position.from_summary(summary)
+        current = row["parent_id"]
+    return Position(None)
+
+
+def read_table(catalog: Any, identifier: str, row_filter: str | None = None) -> pa.Table:
+    """The rows of an Iceberg table read by pyiceberg (no Spark), deletes applied:
+    ``catalog`` a pyiceberg catalog (:func:`~pgwire_cdc.iceberg.catalog.local_catalog`, or
+    ``pyiceberg.catalog.load_catalog(...)``), ``identifier`` ``namespace.table``."""
+    table = catalog.load_table(identifier)
+    scan = table.scan(row_filter=row_filter) if row_filter else table.scan()
+    rows: pa.Table = scan.to_arrow()
+    return rows
