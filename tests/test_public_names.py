@@ -39,6 +39,7 @@ DOCUMENTED = [
             "SlotError",
             "ConnectionError",
             "DeltaError",
+            "IcebergError",
             "SpillError",
         )
     ),
@@ -63,6 +64,25 @@ DOCUMENTED = [
         )
     ),
     *(
+        f"pgwire_cdc.iceberg.{name}"
+        for name in (
+            "run",
+            "apply",
+            "merge_changes",
+            "maintain",
+            "read_table",
+            "position",
+            "Position",
+            "IcebergSink",
+            "ApplyStats",
+            "catalog_conf",
+            "local_catalog",
+            "local_catalog_conf",
+            "table_ref",
+            "DEFAULT_PROPERTIES",
+        )
+    ),
+    *(
         f"pgwire_cdc.spark.{name}"
         for name in (
             "session",
@@ -73,6 +93,8 @@ DOCUMENTED = [
             "for_spark",
             "DELTA_SPARK_PACKAGE",
             "DELTA_JARS_ENV",
+            "ICEBERG_SPARK_PACKAGE",
+            "ICEBERG_JARS_ENV",
         )
     ),
     "pgwire_cdc.spark.source.PgwireCdcDataSource",

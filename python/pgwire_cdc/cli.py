@@ -259,6 +259,40 @@ class ParquetSink:
         return None
 
 
+def _stream_iceberg(
+    args: argparse.Namespace, options: dict[str, Any], started: float
+) -> dict[str, Any]:
+    """``stream --iceberg CATALOG.NAMESPACE``: the catalog is the local one in
+    ``--iceberg-dir`` when given, else one the Spark session's own settings define
+    (spark-defaults.conf, or a Spark Connect server's through $SPARK_REMOTE)."""
+    from . import iceberg
+    from .spark import session
+
+    catalog, _, namespace = args.iceberg.partition(".")
+    conf = iceberg.local_catalog_conf(catalog, args.iceberg_dir) if args.iceberg_dir else {}
+    spark = session("pgwire_cdc-stream", delta=False, iceberg=True, **conf)
+    try:
+        stats = iceberg.run(
+            args.dsn,
+            catalog,
+            namespace,
+            spark=spark,
+            on_batch=lambda sink, b, s: _progress(b, started),
+            **options,
+        )
+    finally:
+        spark.stop()
+    _end_progress()
+    return {
+        "target": str(args.iceberg),
+        "batches": stats.batches,
+        "changes": stats.changes,
+        "skipped": stats.skipped,
+        "commits": stats.commits,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
 def cmd_stream(args: argparse.Namespace) -> int:
     from . import pipeline
     from .delta.stores import is_s3, s3a_conf
@@ -267,7 +301,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
     # An object-store location (--delta s3://bucket/prefix) is reached with the
     # credentials and endpoint of the environment (AWS_*), by delta-rs and by Spark.
     remote = bool(args.delta) and is_s3(args.delta)
-    out = args.delta if remote else _writable_dir(args.parquet or args.delta)
+    out = args.delta if remote or args.iceberg else _writable_dir(args.parquet or args.delta)
     options: dict[str, Any] = {
         "publication": args.publication,
         "slot": args.slot,
@@ -324,6 +358,8 @@ def cmd_stream(args: argparse.Namespace) -> int:
             "commits": stats.commits,
             "seconds": round(time.monotonic() - started, 3),
         }
+    elif args.iceberg:
+        summary = _stream_iceberg(args, options, started)
     else:
         sink = ParquetSink(Path(out))
         pipeline.run(
@@ -536,6 +572,19 @@ def build_parser() -> argparse.ArgumentParser:
         "s3://bucket/prefix, reached with the AWS_* variables of the environment "
         "(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, ...)",
     )
+    target.add_argument(
+        "--iceberg",
+        metavar="CATALOG.NAMESPACE",
+        help="keep one Iceberg table per published table in CATALOG.NAMESPACE, changed by "
+        "Spark MERGE exactly once (a local Spark session with the Iceberg jars; Java 17+); "
+        "the catalog is the local one of --iceberg-dir, else one Spark's own settings define",
+    )
+    p.add_argument(
+        "--iceberg-dir",
+        metavar="DIR",
+        help="with --iceberg: a local JDBC catalog on DIR/catalog.db (SQLite), tables under "
+        "DIR/warehouse, which pyiceberg's SqlCatalog opens too",
+    )
     p.add_argument(
         "--writer",
         choices=("delta-rs", "spark"),
@@ -718,6 +767,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "check" and args.table and not args.publication:
         parser.error("check --table needs --publication (the publication that would hold it)")
+    if args.command == "stream" and args.iceberg and "." not in args.iceberg.strip("."):
+        parser.error("stream --iceberg takes CATALOG.NAMESPACE (for example lake.app)")
+    if args.command == "stream" and args.iceberg_dir and not args.iceberg:
+        parser.error("stream --iceberg-dir needs --iceberg")
     if args.command == "stream" and args.writer and not args.delta:
         parser.error("stream --writer needs --delta (Parquet files are written by pyarrow)")
     verbose = getattr(args, "verbose", 0)
