@@ -147,15 +147,25 @@ def iceberg_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def iceberg_spark(classic_spark: Any, iceberg_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The classic session with the catalog ``lake`` (a catalog's settings may be set on a
-    running session, before its first use)."""
+def iceberg_spark_in(spark_in: Any, iceberg_dir: Path) -> Any:
+    """``iceberg_spark_in("classic" | "connect")``: that shared session with the catalog
+    ``lake`` (a catalog's settings may be set on a running session, Connect included,
+    before its first use in the session)."""
     from pgwire_cdc.iceberg import local_catalog_conf
 
-    monkeypatch.delenv(CONNECT_MODE, raising=False)
-    for key, value in local_catalog_conf(ICEBERG_CATALOG, iceberg_dir).items():
-        classic_spark.conf.set(key, value)
-    return classic_spark
+    def get(mode: str) -> Any:
+        session = spark_in(mode)
+        for key, value in local_catalog_conf(ICEBERG_CATALOG, iceberg_dir).items():
+            session.conf.set(key, value)
+        return session
+
+    return get
+
+
+@pytest.fixture
+def iceberg_spark(iceberg_spark_in: Any) -> Any:
+    """The classic session with the catalog ``lake``."""
+    return iceberg_spark_in("classic")
 
 
 @pytest.fixture
@@ -176,8 +186,8 @@ CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
 @pytest.fixture(scope="session")
 def connect_spark() -> Iterator[Any]:
     """A Spark Connect session (``pgwire_cdc.spark.session(remote=...)``) on a Connect
-    server started from the pip pyspark, with Delta Lake: the same Spark, reached the way
-    Databricks serverless and Spark 4 clients reach it."""
+    server started from the pip pyspark, with Delta Lake and Iceberg: the same Spark,
+    reached the way Databricks serverless and Spark 4 clients reach it."""
     from pgwire_cdc.spark import session
     from support.spark_connect import ConnectServer
 
@@ -190,7 +200,7 @@ def connect_spark() -> Iterator[Any]:
     server.start()
     spark = None
     try:
-        spark = session("pgwire_cdc-tests", delta=True, remote=server.url)
+        spark = session("pgwire_cdc-tests", delta=True, iceberg=True, remote=server.url)
         os.environ.pop(CONNECT_MODE, None)
         yield spark
     finally:

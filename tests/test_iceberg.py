@@ -1,5 +1,6 @@
 """Iceberg tables kept by Spark MERGE (``pgwire_cdc.iceberg``) against real PostgreSQL 15
-and 18, real Spark and real pyiceberg: PostgreSQL is the oracle. The seeded random
+and 18, real Spark (a classic session and, for the workload and the replay, a Spark
+Connect one) and real pyiceberg: PostgreSQL is the oracle. The seeded random
 workload of the Delta tests (unchanged TOAST, key changes, truncates, the keyless FULL
 table) kept as Iceberg tables equals ``SELECT`` on the source, read by Spark and by
 pyiceberg (deletion vectors applied); a batch delivered again changes nothing, cut
@@ -13,7 +14,7 @@ from typing import Any
 
 import pgwire_cdc
 import pytest
-from conftest import ICEBERG_CATALOG, Database
+from conftest import ICEBERG_CATALOG, SPARK_MODES, Database
 from pgwire_cdc import iceberg
 from pgwire_cdc.errors import ConfigError
 from stream_workload import SCHEMA, TABLES, Workload, norm, source_rows
@@ -66,8 +67,16 @@ class Lake:
 
 
 @pytest.fixture
-def lake(db: Database, iceberg_spark: Any, iceberg_catalog: Any) -> Lake:
-    return Lake(db, iceberg_spark, iceberg_catalog)
+def lake(
+    request: pytest.FixtureRequest, db: Database, iceberg_spark_in: Any, iceberg_catalog: Any
+) -> Lake:
+    """The test's tables, written through the classic session, or through the Spark
+    Connect one when parametrized ``indirect`` with ``"connect"``."""
+    return Lake(db, iceberg_spark_in(getattr(request, "param", "classic")), iceberg_catalog)
+
+
+#: Tests that run through both sessions: a classic one and a Spark Connect one.
+both_sparks = pytest.mark.parametrize("lake", SPARK_MODES, indirect=True)
 
 
 @pytest.fixture
@@ -77,6 +86,7 @@ def workload(db: Database) -> Workload:
     return Workload(db.conn, seed=db.cluster.version % 1000 + 7)
 
 
+@both_sparks
 def test_tables_equal_source(db: Database, workload: Workload, lake: Lake) -> None:
     workload.run(40)
     first = lake.run()
@@ -102,6 +112,7 @@ def test_tables_equal_source(db: Database, workload: Workload, lake: Lake) -> No
     assert deletes > 0
 
 
+@both_sparks
 def test_a_batch_delivered_again_changes_nothing(
     db: Database, workload: Workload, lake: Lake
 ) -> None:

@@ -2,10 +2,11 @@
 
 `ConnectServer.start()` runs ``spark-submit --class
 org.apache.spark.sql.connect.service.SparkConnectServer`` (the ``spark-connect`` jar ships
-in pyspark's ``jars/``) with Delta Lake's jars and SQL extension, a ``local[N]`` master and
-a free port. The server's Python workers (data sources, ``foreachBatch``, UDFs) run this
-interpreter, so they import pgwire_cdc as the client does: a Python data source is pickled
-by reference, and client and server must share the Python minor version.
+in pyspark's ``jars/``) with Delta Lake's and Iceberg's jars and SQL extensions (Iceberg
+catalogs are session settings a client sets), a ``local[N]`` master and a free port. The
+server's Python workers (data sources, ``foreachBatch``, UDFs) run this interpreter, so
+they import pgwire_cdc as the client does: a Python data source is pickled by reference,
+and client and server must share the Python minor version.
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from pgwire_cdc.spark.sessions import delta_jars
+from pgwire_cdc.spark.sessions import (
+    DELTA_EXTENSION,
+    ICEBERG_EXTENSION,
+    delta_jars,
+    iceberg_jars,
+)
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
@@ -72,14 +78,16 @@ class ConnectServer:
             "spark.sql.session.timeZone": "UTC",
             "spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.pyspark.python": sys.executable,
-            "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+            # Delta's catalog is the session catalog; Iceberg's catalogs are set by name
+            # (spark.sql.catalog.<name>), at run time too.
+            "spark.sql.extensions": f"{DELTA_EXTENSION},{ICEBERG_EXTENSION}",
             "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
             "spark.sql.warehouse.dir": str(self.workdir / "warehouse"),
             "spark.driver.extraJavaOptions": f"-Dderby.system.home={self.workdir}",
             **self.conf,
         }
         command = [str(home / "bin" / "spark-submit"), "--master", self.master]
-        jars = delta_jars()
+        jars = [*delta_jars(), *iceberg_jars()]
         if jars:
             command += ["--jars", ",".join(jars)]
         for key, value in conf.items():
