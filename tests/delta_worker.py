@@ -37,6 +37,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from pgwire_cdc import delta
@@ -47,6 +48,56 @@ STEPS = ("committed", "between-tables", "before-ack")
 def _die() -> None:
     sys.stdout.flush()
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def crash_points(
+    sink_class: Any, crash_at: str, nth: int, log_path: str | None
+) -> tuple[Callable[[str], None], Callable[[Any, Any, Any], None]]:
+    """The ``on_step`` and ``on_batch`` of a worker's run, and ``sink_class.apply``
+    patched: the process kills itself the ``nth`` time it reaches ``crash_at`` (one of
+    STEPS, or "" for never), and appends a JSON line per batch applied to ``log_path``.
+    Shared by the workers of the Delta and the Iceberg sinks (iceberg_worker.py), whose
+    sinks call ``on_step("committed")`` after each commit."""
+    seen = 0
+    # The batch being applied: how many tables it holds rows of, commits made so far.
+    current = {"tables": 0, "commits": 0}
+
+    def reached(step: str) -> None:
+        nonlocal seen
+        if step == crash_at:
+            seen += 1
+            if seen == nth:
+                _die()
+
+    def on_step(step: str) -> None:
+        if step != "committed":
+            return
+        current["commits"] += 1
+        reached("committed")
+        if current["commits"] < current["tables"]:
+            reached("between-tables")
+
+    apply = sink_class.apply
+
+    def apply_then_maybe_crash(sink: Any, batch: Any) -> Any:
+        names = {key.partition("@")[0] for key, t in batch.tables.items() if t.num_rows}
+        current.update(tables=len(names), commits=0)
+        stats = apply(sink, batch)
+        if stats.commits:
+            reached("before-ack")  # run() acks right after apply() returns
+        return stats
+
+    sink_class.apply = apply_then_maybe_crash
+
+    log = open(log_path, "a") if log_path else None
+
+    def on_batch(_sink: Any, batch: Any, stats: Any) -> None:
+        if log is not None:
+            line = {"rows": batch.rows, "skipped": stats.skipped, "commits": stats.commits}
+            log.write(json.dumps(line) + "\n")
+            log.flush()
+
+    return on_step, on_batch
 
 
 def main() -> None:
@@ -62,44 +113,7 @@ def main() -> None:
     parser.add_argument("--publication", default="pub")
     parser.add_argument("--slot", default="s1")
     args = parser.parse_args()
-    seen = 0
-    # The batch being applied: how many tables it holds rows of, commits made so far.
-    current = {"tables": 0, "commits": 0}
-
-    def reached(step: str) -> None:
-        nonlocal seen
-        if step == args.crash_at:
-            seen += 1
-            if seen == args.nth:
-                _die()
-
-    def on_step(step: str) -> None:
-        if step != "committed":
-            return
-        current["commits"] += 1
-        reached("committed")
-        if current["commits"] < current["tables"]:
-            reached("between-tables")
-
-    apply = delta.DeltaSink.apply
-
-    def apply_then_maybe_crash(sink: delta.DeltaSink, batch: Any) -> delta.ApplyStats:
-        names = {key.partition("@")[0] for key, t in batch.tables.items() if t.num_rows}
-        current.update(tables=len(names), commits=0)
-        stats = apply(sink, batch)
-        if stats.commits:
-            reached("before-ack")  # run() acks right after apply() returns
-        return stats
-
-    delta.DeltaSink.apply = apply_then_maybe_crash  # type: ignore[method-assign]
-
-    log = open(args.log, "a") if args.log else None
-
-    def on_batch(_sink: Any, batch: Any, stats: delta.ApplyStats) -> None:
-        if log is not None:
-            line = {"rows": batch.rows, "skipped": stats.skipped, "commits": stats.commits}
-            log.write(json.dumps(line) + "\n")
-            log.flush()
+    on_step, on_batch = crash_points(delta.DeltaSink, args.crash_at, args.nth, args.log)
 
     spark = None
     if args.writer == "spark":

@@ -29,6 +29,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,18 +47,20 @@ KILLS = 20
 KINDS = ("timed", "between-tables", "before-ack", "timed", "committed")
 
 
-def bulk(r: int) -> list[str]:
-    """Round ``r`` of the bulk workload (ids and codes of their own per round)."""
-    lo, hi = 100_000 + r * 100_000, 159_999 + r * 100_000
+def bulk(r: int, rows: int = 60_000) -> list[str]:
+    """Round ``r`` of the bulk workload (ids and codes of their own per round), with
+    transactions of ``rows`` inserts into items (a sixth as many into codes, a third into
+    notes)."""
+    lo, hi = 100_000 + r * 100_000, 100_000 + r * 100_000 + rows - 1
     return [
         # 60,000 inserts in one transaction (a tenth with an out-of-line toasted value).
         "INSERT INTO items (id, name, qty, price, flag, big) SELECT g, 'n' || g, g % 10,"
         " g / 7.0, g % 2 = 0, CASE WHEN g % 10 = 0 THEN repeat(md5(g::text), 100) END"
         f" FROM generate_series({lo}, {hi}) g",
         f"INSERT INTO codes (code, val, big) SELECT 'bulk{r}_' || g, g, repeat('z', 3000)"
-        " FROM generate_series(1, 10000) g",
+        f" FROM generate_series(1, {rows // 6}) g",
         "INSERT INTO notes (body, n, at) SELECT 'note ' || (g % 500), g % 4, now()"
-        " FROM generate_series(1, 20000) g",
+        f" FROM generate_series(1, {rows // 3}) g",
         # 60,000 updates leaving the toasted column alone: unchanged TOAST.
         f"UPDATE items SET qty = coalesce(qty, 0) + 1 WHERE id BETWEEN {lo} AND {hi}",
         # Primary-key changes (old key in the old image).
@@ -67,9 +71,37 @@ def bulk(r: int) -> list[str]:
         "DELETE FROM notes WHERE n = 2",
         "TRUNCATE codes",
         f"INSERT INTO codes (code, val, big) SELECT 'again{r}_' || g, g, NULL"
-        " FROM generate_series(1, 5000) g",
+        f" FROM generate_series(1, {rows // 12}) g",
         "UPDATE codes SET val = val * 2",
     ]
+
+
+def delta_rows(path: str | Path, name: str) -> list[tuple[Any, ...]]:
+    table = delta.read_table(delta.table_path(path, name))
+    return sorted((tuple(norm(v) for v in row.values()) for row in table.to_pylist()), key=repr)
+
+
+@dataclass(frozen=True)
+class Worker:
+    """The consumer the torture kills: a worker script taking ``DSN PATH UNTIL_LSN --log
+    FILE --max-batch-rows N [--crash-at STEP --nth N]`` (delta_worker.py's interface)."""
+
+    script: Path = WORKER
+    #: Further arguments of every run.
+    args: tuple[str, ...] = ()
+    #: The rows the worker keeps for the source table ``name`` under ``path``.
+    rows: Callable[[str | Path, str], list[tuple[Any, ...]]] = delta_rows
+    #: Timed kills: after a time drawn uniformly from this range (seconds).
+    timed: tuple[float, float] = (0.5, 2.5)
+    #: Timed kills made by the worker itself, with this option and the time, counted
+    #: from when it is ready (a worker that starts Spark first); "": a SIGKILL from here,
+    #: counted from the start.
+    kill_option: str = ""
+    #: Rows of each bulk transaction into items (see bulk()).
+    bulk_rows: int = 60_000
+    max_batch_rows: int = 5000
+    #: Kill points, in turn.
+    kinds: tuple[str, ...] = field(default=KINDS)
 
 
 def run_worker(
@@ -80,36 +112,42 @@ def run_worker(
     kill_after: float | None = None,
     crash_at: str = "",
     nth: int = 0,
+    worker: Worker = Worker(),
 ) -> int:
     """The worker's return code: 0 (caught up with ``until``) or -SIGKILL (killed after
     ``kill_after`` seconds, or by itself at the ``nth`` ``crash_at``)."""
-    command = [sys.executable, str(WORKER), db.dsn, str(path), str(until), "--log", str(log)]
-    command += ["--max-batch-rows", "5000"]
+    command = [sys.executable, str(worker.script), db.dsn, str(path), str(until)]
+    command += ["--log", str(log), "--max-batch-rows", str(worker.max_batch_rows)]
+    command += worker.args
     if crash_at:
         command += ["--crash-at", crash_at, "--nth", str(nth)]
+    if kill_after and worker.kill_option:
+        command += [worker.kill_option, str(kill_after)]
+        kill_after = None
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        _, err = proc.communicate(timeout=kill_after or 600)
+        _, err = proc.communicate(timeout=kill_after or 900)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGKILL)
         proc.communicate()
-        assert kill_after, "the worker did not finish in 600 s"
+        assert kill_after, "the worker did not finish in 900 s"
         return -signal.SIGKILL
     if proc.returncode not in (0, -signal.SIGKILL):
         raise AssertionError(err)
     return proc.returncode
 
 
-def delta_rows(path: str | Path, name: str) -> list[tuple[Any, ...]]:
-    table = delta.read_table(delta.table_path(path, name))
-    return sorted((tuple(norm(v) for v in row.values()) for row in table.to_pylist()), key=repr)
-
-
-def torture(cluster: Any, path: str | Path, log: Path, kills_wanted: int = KILLS) -> dict[str, Any]:
-    """The torture on a fresh database of ``cluster``, with the Delta tables under ``path``
-    (a directory, or an object-store location the workers reach with the environment's
-    credentials) and one line per batch applied in ``log``: checks that the final tables
-    equal the source and returns the report."""
+def torture(
+    cluster: Any,
+    path: str | Path,
+    log: Path,
+    kills_wanted: int = KILLS,
+    worker: Worker = Worker(),
+) -> dict[str, Any]:
+    """The torture on a fresh database of ``cluster``, with the worker's tables under
+    ``path`` (for Delta a directory, or an object-store location the workers reach with
+    the environment's credentials) and one line per batch applied in ``log``: checks
+    that the final tables equal the source and returns the report."""
     rng = random.Random(20261122)
     with fresh_database(cluster) as db:
         db.conn.execute(SCHEMA)
@@ -117,14 +155,14 @@ def torture(cluster: Any, path: str | Path, log: Path, kills_wanted: int = KILLS
         workload = Workload(db.conn, seed=7)
         workload.run(200)  # rows for the initial snapshot
         # The snapshot and the first changes, then the bulk of the workload.
-        assert run_worker(db, path, current_lsn(db), log) == 0
+        assert run_worker(db, path, current_lsn(db), log, worker=worker) == 0
         changes = rounds = runs = 0
         kills: Counter[str] = Counter()
         started = time.monotonic()
 
         def write_round() -> int:
             nonlocal changes, rounds
-            for i, statement in enumerate(bulk(rounds)):
+            for i, statement in enumerate(bulk(rounds, worker.bulk_rows)):
                 changes += max(db.conn.execute(statement).rowcount, 1)
                 workload.run(60 if i % 3 == 0 else 10, max_ops=12)
             rounds += 1
@@ -132,21 +170,26 @@ def torture(cluster: Any, path: str | Path, log: Path, kills_wanted: int = KILLS
 
         until = write_round()
         while kills.total() < kills_wanted:
-            kind = KINDS[kills.total() % len(KINDS)]
+            kind = worker.kinds[kills.total() % len(worker.kinds)]
             runs += 1
             if kind == "timed":
-                code = run_worker(db, path, until, log, kill_after=rng.uniform(0.5, 2.5))
+                after = rng.uniform(*worker.timed)
+                code = run_worker(db, path, until, log, kill_after=after, worker=worker)
             else:
-                code = run_worker(db, path, until, log, crash_at=kind, nth=rng.randint(1, 6))
+                nth = rng.randint(1, 6)
+                code = run_worker(db, path, until, log, crash_at=kind, nth=nth, worker=worker)
             if code == 0:
                 # Caught up before the kill: more work, and kill again.
                 until = write_round()
             else:
                 kills[kind] += 1
         runs += 1
-        assert run_worker(db, path, until, log) == 0
+        assert run_worker(db, path, until, log, worker=worker) == 0
+        # Rows lost or applied twice: those of one side missing from the other.
+        differing = {}
         for name in TABLES:
-            assert delta_rows(path, name) == source_rows(db.conn, name), name
+            kept, want = Counter(worker.rows(path, name)), Counter(source_rows(db.conn, name))
+            differing[name] = (kept - want).total() + (want - kept).total()
         lines = [json.loads(line) for line in log.read_text().splitlines()]
         report = {
             "changes": changes,
@@ -155,11 +198,13 @@ def torture(cluster: Any, path: str | Path, log: Path, kills_wanted: int = KILLS
             "kill_points": dict(kills),
             "runs": runs,
             "batches_applied": len(lines),
-            "delta_commits": sum(line["commits"] for line in lines),
+            "commits": sum(line["commits"] for line in lines),
             "changes_delivered_again_skipped": sum(line["skipped"] for line in lines),
+            "rows_lost_or_doubled": sum(differing.values()),
             "seconds": round(time.monotonic() - started, 1),
         }
         print("crash torture:", json.dumps(report))
+        assert not any(differing.values()), differing
         return report
 
 
