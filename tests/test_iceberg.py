@@ -10,6 +10,7 @@ transactions included; a table compacted and expired mid-run keeps its position.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pgwire_cdc
@@ -161,6 +162,74 @@ def test_a_batch_delivered_again_changes_nothing(
         assert pos is not None and pos.lsn is not None
         reached.add(pos.partial[0] if pos.partial else pos.lsn)
     assert len(reached) == 1 and reached.pop() <= until
+
+
+@pytest.mark.parametrize(
+    "lake",
+    [
+        "classic",
+        pytest.param(
+            "connect",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="over Connect the replayed micro-batch is merged again, not skipped: "
+                "the position read in the foreachBatch session is the one before the "
+                "batch's first commit, though that commit's snapshot records the new one",
+            ),
+        ),
+    ],
+    indirect=True,
+)
+def test_foreach_batch_merges_into_iceberg(
+    db: Database, workload: Workload, lake: Lake, tmp_path: Path
+) -> None:
+    """``iceberg.merge_changes`` in ``foreachBatch`` of ``format("pgwire_cdc")``: the table
+    equals the source; a micro-batch run twice (a sink that fails after its commit)
+    changes nothing the second time. State in files: over Spark Connect the function runs
+    in the server's Python, with the server's session (``df.sparkSession``)."""
+    workload.run(30)
+    table = f"{ICEBERG_CATALOG}.{lake.namespace}.public_items"
+    calls_dir = tmp_path / "calls"
+    calls_dir.mkdir()
+
+    def merge(df: Any, batch_id: int) -> None:
+        stats = iceberg.merge_changes(df, table, keys=["id"], spark=df.sparkSession)
+        calls = len(list(calls_dir.iterdir()))
+        (calls_dir / f"{calls:04d}-{batch_id}-{stats.skipped}").touch()
+        if calls + 1 == 2:
+            raise RuntimeError("failed after the commit: Spark runs the batch again")
+
+    def run() -> None:
+        query = (
+            lake.spark.readStream.format("pgwire_cdc")
+            .option("dsn", db.dsn)
+            .option("publication", "pub")
+            .option("slot", "iceberg_slot")
+            .option("table", "public.items")
+            .option("snapshot_dir", str(tmp_path / "snapshot"))
+            .load()
+            .writeStream.foreachBatch(merge)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            query.awaitTermination(240)
+        except Exception:
+            query.stop()
+
+    run()
+    workload.run(60)
+    run()  # the failed batch
+    run()  # ... again, and the rest
+    calls = sorted(name.name.split("-") for name in calls_dir.iterdir())
+    batch_ids = [batch_id for _, batch_id, _ in calls]
+    again = [c for c in calls if batch_ids.count(c[1]) > 1]
+    assert len(again) == 2, f"one micro-batch merged twice: {calls}"
+    assert again[0][2] == "0" and int(again[1][2]) > 0, "the second time, every row skipped"
+    lake.assert_equal_source(("public.items",))
+    pos = iceberg.position(lake.spark, lake.ref("public.items"))
+    assert pos is not None and pos.lsn is not None and pos.partial is None
 
 
 def test_compacted_and_expired_tables_keep_their_position(

@@ -96,7 +96,18 @@ def table_ref(
 
 
 def exists(spark: SparkSession, ref: str) -> bool:
-    return bool(spark.catalog.tableExists(ref))
+    """Whether the table ``ref`` exists: its name resolves. (Not
+    ``spark.catalog.tableExists``: over Spark Connect, in a ``foreachBatch`` function's
+    session, it answered False for an Iceberg table that ``spark.table`` read.)"""
+    from pyspark.errors import AnalysisException
+
+    try:
+        _ = spark.table(ref).schema  # analysis only: the name resolves
+    except AnalysisException as e:
+        if e.getCondition() in ("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND"):
+            return False
+        raise
+    return True
 
 
 def position(spark: SparkSession, ref: str) -> Position | None:
