@@ -66,7 +66,14 @@ class Sink:
         return mirror
 
 
-def start(spark: Any, db: Database, tmp_path: Path, sink: Sink, **trigger: Any) -> Any:
+def start(
+    spark: Any,
+    db: Database,
+    tmp_path: Path,
+    sink: Sink,
+    options: dict[str, str] | None = None,
+    **trigger: Any,
+) -> Any:
     register(spark)
     return (
         spark.readStream.format("pgwire_cdc")
@@ -75,6 +82,7 @@ def start(spark: Any, db: Database, tmp_path: Path, sink: Sink, **trigger: Any) 
         .option("slot", "spark_slot")
         .option("table", TABLE)
         .option("snapshot_dir", str(tmp_path / "snapshot"))
+        .options(**(options or {}))
         .load()
         .writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
@@ -116,6 +124,26 @@ def test_available_now_snapshot_changes_and_restart(
     # Spark commits a batch to its source when it plans the next one: the slot has moved
     # past the first run's batches.
     assert slot_flush(db) >= first_end
+
+
+def test_a_failover_slot(db: Database, spark: Any, workload: Workload, tmp_path: Path) -> None:
+    """Option ``failover``: the slot made with the snapshot becomes a failover slot once
+    the first micro-batch is committed (PostgreSQL 17+); before 17, a clear refusal."""
+    workload.run(10)
+    sink = Sink(tmp_path / "batches")
+    if db.cluster.version < 170000:
+        with pytest.raises(Exception, match="failover slots need PostgreSQL 17"):
+            query = start(spark, db, tmp_path, sink, {"failover": "true"}, availableNow=True)
+            query.awaitTermination(240)
+        return
+    start(spark, db, tmp_path, sink, {"failover": "true"}, availableNow=True).awaitTermination(240)
+    workload.run(10)
+    start(spark, db, tmp_path, sink, {"failover": "true"}, availableNow=True).awaitTermination(240)
+    assert_equal(db, sink)
+    row = db.conn.execute(
+        "SELECT failover FROM pg_replication_slots WHERE slot_name = 'spark_slot'"
+    ).fetchone()
+    assert row == (True,)
 
 
 def test_processing_time_trigger_with_a_failed_batch_replayed(

@@ -1220,6 +1220,14 @@ def stream(
     replica-identity key cannot be read in chunks: ``ConfigError`` for one not held at start
     (or added by ``tables``); one that joins while streaming is only streamed (a warning
     says so).
+
+    ``failover=True`` (PostgreSQL 17+, on a primary; ``ConfigError`` elsewhere) makes the
+    slot a failover slot, which standbys with ``sync_replication_slots`` keep in step: a
+    new slot, and an existing one that lacks the flag. After a failover, the stream
+    reconnects to the promoted standby (a DSN listing both hosts with
+    ``target_session_attrs=read-write``) and goes on from its copy of the slot; a slot
+    missing there is a :class:`SlotError` (docs/server-setup.md, "Failover slots").
+    ``heartbeat_interval``: see docs/operations.md, "Idle databases".
     """
     given: dict[str, Any] = {
         "publication": publication,

@@ -2,11 +2,12 @@
 
 `ConnectServer.start()` runs ``spark-submit --class
 org.apache.spark.sql.connect.service.SparkConnectServer`` (the ``spark-connect`` jar ships
-in pyspark's ``jars/``) with Delta Lake's and Iceberg's jars and SQL extensions (Iceberg
-catalogs are session settings a client sets), a ``local[N]`` master and a free port. The
-server's Python workers (data sources, ``foreachBatch``, UDFs) run this interpreter, so
-they import pgwire_cdc as the client does: a Python data source is pickled by reference,
-and client and server must share the Python minor version.
+in pyspark's ``jars/``) with Delta Lake's and Iceberg's jars and SQL extensions (unless
+``delta=False``: neither; Iceberg catalogs are session settings a client sets), a
+``local[N]`` master and a free port. The server's Python workers (data sources,
+``foreachBatch``, UDFs) run this interpreter (or ``python``), so they import pgwire_cdc as
+the client does: a Python data source is pickled by reference, and client and server must
+share the Python minor version.
 """
 
 from __future__ import annotations
@@ -49,8 +50,12 @@ class ConnectServer:
         master: str = "local[2]",
         conf: dict[str, str] | None = None,
         python_path: list[str] | None = None,
+        delta: bool = True,
+        python: str = sys.executable,
     ) -> None:
         self.master = master
+        self.delta = delta
+        self.python = python
         self.conf = dict(conf or {})
         #: Folders the server's Python workers import from besides their site-packages
         #: (functions and classes a client sends are pickled by reference to their module).
@@ -77,17 +82,21 @@ class ConnectServer:
             "spark.ui.enabled": "false",
             "spark.sql.session.timeZone": "UTC",
             "spark.sql.execution.arrow.pyspark.enabled": "true",
-            "spark.pyspark.python": sys.executable,
-            # Delta's catalog is the session catalog; Iceberg's catalogs are set by name
-            # (spark.sql.catalog.<name>), at run time too.
-            "spark.sql.extensions": f"{DELTA_EXTENSION},{ICEBERG_EXTENSION}",
-            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+            "spark.pyspark.python": self.python,
             "spark.sql.warehouse.dir": str(self.workdir / "warehouse"),
             "spark.driver.extraJavaOptions": f"-Dderby.system.home={self.workdir}",
             **self.conf,
         }
+        if self.delta:
+            # Delta's catalog is the session catalog; Iceberg's catalogs are set by name
+            # (spark.sql.catalog.<name>), at run time too.
+            conf.setdefault("spark.sql.extensions", f"{DELTA_EXTENSION},{ICEBERG_EXTENSION}")
+            conf.setdefault(
+                "spark.sql.catalog.spark_catalog",
+                "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+            )
         command = [str(home / "bin" / "spark-submit"), "--master", self.master]
-        jars = [*delta_jars(), *iceberg_jars()]
+        jars = [*delta_jars(), *iceberg_jars()] if self.delta else []
         if jars:
             command += ["--jars", ",".join(jars)]
         for key, value in conf.items():
@@ -97,7 +106,7 @@ class ConnectServer:
             **os.environ,
             "SPARK_HOME": str(home),
             "SPARK_LOCAL_IP": "127.0.0.1",
-            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_PYTHON": self.python,
             # spark-submit would otherwise start a Connect client shell of its own.
             "SPARK_CONNECT_MODE": "0",
             "PYTHONPATH": os.pathsep.join(

@@ -123,6 +123,9 @@ class SourceOptions:
     keep_seconds: float = 60.0
     #: Where the streaming source records its initial snapshot.
     snapshot_dir: Path = Path()
+    #: Option ``failover`` (streaming, PostgreSQL 17+): the slot is a failover slot,
+    #: synchronized to standbys, as ``stream(failover=True)`` makes it.
+    failover: bool = False
 
     @property
     def streaming(self) -> bool:
@@ -159,6 +162,7 @@ class SourceOptions:
             partitions=partitions,
             snapshot_ttl=float(options.get("snapshot_ttl", "86400")),
             keep_seconds=float(options.get("keep_seconds", "60")),
+            failover=_flag(options.get("failover", "false")) if streaming else False,
             snapshot_dir=Path(
                 options.get("snapshot_dir")
                 or os.path.join(tempfile.gettempdir(), "pgwire_cdc_snapshots", slot or "")
@@ -170,7 +174,8 @@ class PgwireCdcDataSource(DataSource):
     """``format("pgwire_cdc")``.
 
     Streaming (``spark.readStream``): options ``dsn``, ``publication``, ``slot``,
-    ``table``; optional ``binary``, ``snapshot``, ``snapshot_dir``, ``max_batch_rows``.
+    ``table``; optional ``binary``, ``snapshot``, ``snapshot_dir``, ``max_batch_rows``,
+    ``failover``.
     Rows are the table's change table.
 
     Batch (``spark.read``, no ``slot`` option): ``dsn``, ``table``; optional
@@ -274,6 +279,14 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self.arrow_schema = to_arrow_schema(schema, **utc)
         except TypeError:
             self.arrow_schema = to_arrow_schema(schema)
+        if options.failover:
+            with self._connect() as conn:
+                admin.raise_problems(
+                    admin.failover_problems(
+                        admin.server_info(conn), admin.get_slot(conn, self.slot)
+                    ),
+                    "option failover=true not possible",
+                )
 
     # -- driver side -----------------------------------------------------------------
 
@@ -302,7 +315,15 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def _create_slot(self) -> int:
         with self._connect() as conn:
-            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
+            if self.o.failover:  # PostgreSQL 17+ (checked when the reader was made)
+                conn.execute(
+                    "SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, false, true)",
+                    (self.slot,),
+                )
+            else:
+                conn.execute(
+                    "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,)
+                )
             slot = admin.get_slot(conn, self.slot)
         assert slot is not None and slot.confirmed_flush_lsn is not None
         return slot.confirmed_flush_lsn
@@ -364,24 +385,39 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             slot = admin.get_slot(conn, self.slot)
             if slot is None:
                 raise SlotError(f"replication slot {self.slot!r} is gone")
-            if (slot.confirmed_flush_lsn or 0) >= lsn:
+            if (slot.confirmed_flush_lsn or 0) < lsn:
+                self._advance(conn, lsn)
+        if self.o.failover and not slot.failover:
+            self._make_failover()
+
+    def _advance(self, conn: psycopg.Connection[Any], lsn: int) -> None:
+        # The walsender of the batch's reader may still be letting go of the slot.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                conn.execute(
+                    "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
+                    (self.slot, int_to_lsn(lsn)),
+                )
                 return
-            # The walsender of the batch's reader may still be letting go of the slot.
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    conn.execute(
-                        "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
-                        (self.slot, int_to_lsn(lsn)),
-                    )
-                    return
-                except psycopg.errors.ObjectInUse:
-                    if time.monotonic() > deadline:
-                        raise SlotError(
-                            f"replication slot {self.slot!r} is in use by another "
-                            "session; stop the other consumer of this slot"
-                        ) from None
-                    time.sleep(0.1)
+            except psycopg.errors.ObjectInUse:
+                if time.monotonic() > deadline:
+                    raise SlotError(
+                        f"replication slot {self.slot!r} is in use by another "
+                        "session; stop the other consumer of this slot"
+                    ) from None
+                time.sleep(0.1)
+
+    def _make_failover(self) -> None:
+        """Sets the failover flag on the slot, which a slot made with its initial snapshot
+        (by the keeper's replication session) lacks. Only an idle slot takes it: here,
+        between micro-batches; if a reader holds it again already, the next commit
+        tries again."""
+        try:
+            admin.set_failover(self.o.dsn, self.slot)
+        except SlotError as e:
+            if e.sqlstate != "55006":  # object_in_use
+                raise
 
     def stop(self) -> None:
         pass
