@@ -7,7 +7,8 @@
 - No row value appears in a ColumnValueError, from the snapshot or from the stream.
 - Publication, schema, table and column names with quotes, spaces, upper case and
   non-ASCII letters work end to end (snapshot and changes, text and binary).
-- The least-privilege role of the README (its SQL block, run as it is) is enough to stream.
+- The least-privilege role of docs/server-setup.md (its SQL block, run as it is) is enough
+  to stream.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from support.server import SERVERS, PgCluster
 
 pytestmark = pytest.mark.server
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+SERVER_SETUP = Path(__file__).resolve().parent.parent / "docs" / "server-setup.md"
 
 #: Forms of the password that must never show (as given, percent-encoded, a distinctive
 #: fragment).
@@ -232,11 +233,11 @@ def test_odd_names_end_to_end(db: Database, binary: bool) -> None:
 
 
 def least_privilege_sql() -> str:
-    """The SQL block of the README's "Least-privilege role" section."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("### Least-privilege role", 1)[1]
+    """The SQL block of docs/server-setup.md's "Least-privilege role" section."""
+    text = SERVER_SETUP.read_text(encoding="utf-8")
+    section = text.split("## Least-privilege role", 1)[1]
     match = re.search(r"```sql\n(.*?)```", section, re.S)
-    assert match, "the README's least-privilege section has no sql block"
+    assert match, "the least-privilege section has no sql block"
     return match.group(1)
 
 
