@@ -89,7 +89,7 @@ rust-test:
 	cargo test --all-targets --features fuzzing
 
 pytest: build wheel jars
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=30
 
 test: lint rust-test pytest
 

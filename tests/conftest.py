@@ -238,8 +238,25 @@ def spark(request: pytest.FixtureRequest, spark_in: Any) -> Any:
     return spark_in(request.param)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+#: Parameter values that run a test through the Spark Connect session.
+CONNECT_PARAMS = ("connect", "spark-connect")
+
+
+def _connect_on_pg15(item: pytest.Item) -> bool:
+    """A Spark Connect variant on PostgreSQL 15: the Connect half of a test exercises the
+    Spark side (the session kind, the server's Python), which the PostgreSQL 18 variant
+    covers; PostgreSQL 15 runs the classic half."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return params.get("pg") == "pg15" and any(v in CONNECT_PARAMS for v in params.values())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    kept, dropped = [], []
     for item in items:
+        (dropped if _connect_on_pg15(item) else kept).append(item)
         names = getattr(item, "fixturenames", ())
         if {"pg", "db", "pg15_cluster", "pg18_cluster"} & set(names):
             item.add_marker(pytest.mark.server)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
