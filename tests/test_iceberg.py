@@ -164,22 +164,7 @@ def test_a_batch_delivered_again_changes_nothing(
     assert len(reached) == 1 and reached.pop() <= until
 
 
-@pytest.mark.parametrize(
-    "lake",
-    [
-        "classic",
-        pytest.param(
-            "connect",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="over Connect the replayed micro-batch is merged again, not skipped: "
-                "the position read in the foreachBatch session is the one before the "
-                "batch's first commit, though that commit's snapshot records the new one",
-            ),
-        ),
-    ],
-    indirect=True,
-)
+@both_sparks
 def test_foreach_batch_merges_into_iceberg(
     db: Database, workload: Workload, lake: Lake, tmp_path: Path
 ) -> None:

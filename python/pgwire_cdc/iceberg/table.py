@@ -96,13 +96,17 @@ def table_ref(
 
 
 def exists(spark: SparkSession, ref: str) -> bool:
-    """Whether the table ``ref`` exists: its name resolves. (Not
-    ``spark.catalog.tableExists``: over Spark Connect, in a ``foreachBatch`` function's
-    session, it answered False for an Iceberg table that ``spark.table`` read.)"""
+    """Whether the table ``ref`` exists, its state read afresh: ``REFRESH TABLE`` fails on
+    a missing table, and otherwise drops what the session holds of the table, so the
+    reads that follow (position, schema, rows) see its current snapshot. Needed over
+    Spark Connect: in a ``foreachBatch`` function's session (a session attached to the
+    query's) table names resolved to the table as it stood when the session first read
+    it — a table created since was not found, a position read was the one before the
+    session's own last commit — until the table was refreshed."""
     from pyspark.errors import AnalysisException
 
     try:
-        _ = spark.table(ref).schema  # analysis only: the name resolves
+        spark.sql(f"REFRESH TABLE {ref}")
     except AnalysisException as e:
         if e.getCondition() in ("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND"):
             return False
