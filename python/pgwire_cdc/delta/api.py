@@ -4,21 +4,16 @@
 
 from __future__ import annotations
 
-import logging
 import os
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from .. import pipeline
 from ..errors import ConfigError
-from ..lakehouse.shape import with_keys
+from ..lakehouse.changes import batch_lsn, change_rows, run_counted
 from ..lakehouse.stats import ApplyStats
 from ..streaming import StreamOptions
-from ..tables import key_columns
 from .catalog import table_ref
 from .sink import DELTA_RS_IN_CATALOG, DeltaSink
 from .table import base_path
@@ -27,8 +22,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from ..streaming import Batch
-
-log = logging.getLogger("pgwire_cdc")
 
 
 def apply(
@@ -93,21 +86,9 @@ def merge_changes(
         raise ConfigError("merge_changes() takes the Delta table's path or table=, one of them")
     if table is not None and writer != "spark":
         raise ConfigError(DELTA_RS_IN_CATALOG)
-    if isinstance(changes, pa.Table):
-        rows = changes
-    else:
+    if not isinstance(changes, pa.Table):
         spark = spark or changes.sparkSession
-        rows = changes.toArrow()
-    if keys is not None:
-        rows = with_keys(rows, list(keys))
-    elif (
-        key_columns(rows) is None
-        and (rows.schema.metadata or {}).get(b"pg_replica_identity") is None
-    ):
-        raise ConfigError(
-            "merge_changes() needs keys=[...]: the table's replica-identity key columns "
-            "(keys=[] for a REPLICA IDENTITY FULL table without a key)"
-        )
+    rows = change_rows(changes, keys)
     if rows.num_rows == 0:
         return ApplyStats(batches=1)
     if table is not None:
@@ -117,9 +98,7 @@ def merge_changes(
         assert path is not None
         target = base_path(path)
         sink = DeltaSink(os.path.dirname(target), writer, spark, storage_options=storage_options)
-    # Complete transactions: the batch's LSN lies past every commit in it.
-    lsn = int(pc.max(rows["_commit_lsn"]).as_py()) + 1
-    return sink.apply_table(target, rows, lsn)
+    return sink.apply_table(target, rows, batch_lsn(rows))
 
 
 def run(
@@ -171,20 +150,4 @@ def run(
         tables=list(tables) if tables is not None else None,
         **stream_options,
     )
-    total = ApplyStats()
-    started = time.monotonic()
-
-    def applied(batch: Batch, stats: ApplyStats) -> None:
-        total.add(stats)
-        if on_batch is not None:
-            on_batch(sink, batch, stats)
-
-    pipeline.run(dsn, options, sink, on_batch=applied)
-    log.info(
-        "delta: %d changes in %d batches (%d commits) in %.1f s",
-        total.changes,
-        total.batches,
-        total.commits,
-        time.monotonic() - started,
-    )
-    return total
+    return run_counted(dsn, options, sink, on_batch, "delta")

@@ -5,21 +5,16 @@ position)."""
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from .. import pipeline
 from ..errors import ConfigError
-from ..lakehouse.shape import with_keys
+from ..lakehouse.changes import batch_lsn, change_rows, run_counted
 from ..lakehouse.sql import quote_name, split_name, sql_string
 from ..lakehouse.stats import ApplyStats
 from ..streaming import StreamOptions
-from ..tables import key_columns
 from .sink import IcebergSink
 from .table import LSN_KEY, PARTIAL_KEY
 
@@ -27,8 +22,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from ..streaming import Batch
-
-log = logging.getLogger("pgwire_cdc")
 
 
 def run(
@@ -62,23 +55,7 @@ def run(
         tables=list(tables) if tables is not None else None,
         **stream_options,
     )
-    total = ApplyStats()
-    started = time.monotonic()
-
-    def applied(batch: Batch, stats: ApplyStats) -> None:
-        total.add(stats)
-        if on_batch is not None:
-            on_batch(sink, batch, stats)
-
-    pipeline.run(dsn, options, sink, on_batch=applied)
-    log.info(
-        "iceberg: %d changes in %d batches (%d snapshots) in %.1f s",
-        total.changes,
-        total.batches,
-        total.commits,
-        time.monotonic() - started,
-    )
-    return total
+    return run_counted(dsn, options, sink, on_batch, "iceberg")
 
 
 def apply(
@@ -121,29 +98,15 @@ def merge_changes(
 
     ``keys``: the table's replica-identity key columns (``[]`` for a table without one,
     kept as a multiset); a change table from ``stream()`` carries them already."""
-    if isinstance(changes, pa.Table):
-        rows = changes
-    else:
+    if not isinstance(changes, pa.Table):
         spark = spark or changes.sparkSession
-        rows = changes.toArrow()
-    if keys is not None:
-        rows = with_keys(rows, list(keys))
-    elif (
-        key_columns(rows) is None
-        and (rows.schema.metadata or {}).get(b"pg_replica_identity") is None
-    ):
-        raise ConfigError(
-            "merge_changes() needs keys=[...]: the table's replica-identity key columns "
-            "(keys=[] for a REPLICA IDENTITY FULL table without a key)"
-        )
+    rows = change_rows(changes, keys)
     if rows.num_rows == 0:
         return ApplyStats(batches=1)
     ref = table_sql_name(table)
     parts = split_name(table)
     sink = IcebergSink(spark, parts[0], ".".join(parts[1:-1]), properties=properties)
-    # Complete transactions: the batch's LSN lies past every commit in it.
-    lsn = int(pc.max(rows["_commit_lsn"]).as_py()) + 1
-    return sink.apply_table(ref, rows, lsn)
+    return sink.apply_table(ref, rows, batch_lsn(rows))
 
 
 def maintain(
