@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -60,6 +61,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +189,36 @@ def sink_table(kind: str, path: Path) -> pa.Table:
     return delta.read_table(delta.table_path(path, TABLE))
 
 
+@dataclass(frozen=True)
+class Contender:
+    """How part 1 runs one sink (``benches/iceberg_lake.py`` adds one of its own).
+
+    ``run(dsn, path, slot, spark, **options)`` drains ``slot`` into ``path`` (a directory
+    of each round's own) and returns the run's stats; ``table(path)`` reads the result
+    back for the check; ``copy(src, dst)`` makes another round's start from round 0's
+    (after the snapshot, before the workload); ``files(path)`` says what the table holds
+    at the end (stored with the run: ``files``, ``bytes``, ...)."""
+
+    run: Callable[..., Any]
+    table: Callable[[Path], pa.Table]
+    copy: Callable[[Path, Path], Any] = shutil.copytree
+    files: Callable[[Path], dict[str, int]] | None = None
+
+
+def contender(kind: str) -> Contender:
+    """The Parquet mirror (``parquet``) or a Delta writer (``delta-rs``, ``spark``)."""
+
+    def files(path: Path) -> dict[str, int]:
+        n, nbytes = delta_files(delta.table_path(path, TABLE))
+        return {"files": n, "bytes": nbytes}
+
+    return Contender(
+        run=functools.partial(run_sink, kind),
+        table=functools.partial(sink_table, kind),
+        files=None if kind == "parquet" else files,
+    )
+
+
 def delta_files(path: str) -> tuple[int, int]:
     """(data files, bytes) of the Delta table's current version."""
     from deltalake import DeltaTable
@@ -236,8 +268,17 @@ def last_commit(path: str) -> dict[str, Any]:
 # -- 1. end to end --------------------------------------------------------------------
 
 
-def bench_e2e(cluster: PgCluster, spark: Any, args: argparse.Namespace) -> dict[str, Any]:
-    contenders = [c for c in CONTENDERS if c == "parquet" or c in args.writers]
+def bench_e2e(
+    cluster: PgCluster,
+    spark: Any,
+    args: argparse.Namespace,
+    sinks: dict[str, Contender] | None = None,
+) -> dict[str, Any]:
+    """Part 1 for ``sinks`` (in this order; default: the Parquet mirror and the Delta
+    writers of ``--writers``)."""
+    if sinks is None:
+        sinks = {c: contender(c) for c in CONTENDERS if c == "parquet" or c in args.writers}
+    contenders = list(sinks)
     db = cluster.create_database("e2e")
     conn = cluster.connect(db)
     dsn = cluster.dsn_for(db)
@@ -253,8 +294,7 @@ def bench_e2e(cluster: PgCluster, spark: Any, args: argparse.Namespace) -> dict[
         # Every slot exists, with its snapshot applied, before the workload starts.
         for kind in contenders:
             start = time.perf_counter()
-            run_sink(
-                kind,
+            sinks[kind].run(
                 dsn,
                 work / f"{kind}-0",
                 f"s_{kind.replace('-', '_')}_0",
@@ -269,7 +309,7 @@ def bench_e2e(cluster: PgCluster, spark: Any, args: argparse.Namespace) -> dict[
                     "SELECT pg_copy_logical_replication_slot(%s, %s)",
                     (f"s_{kind.replace('-', '_')}_0", f"s_{kind.replace('-', '_')}_{r}"),
                 )
-                shutil.copytree(work / f"{kind}-0", work / f"{kind}-{r}")
+                sinks[kind].copy(work / f"{kind}-0", work / f"{kind}-{r}")
         spark_dv = (
             deletion_vectors_on(delta.table_path(work / "spark-0", TABLE))
             if "spark" in contenders
@@ -292,8 +332,7 @@ def bench_e2e(cluster: PgCluster, spark: Any, args: argparse.Namespace) -> dict[
             for kind in order:
                 path = work / f"{kind}-{r}"
                 start = time.perf_counter()
-                stats = run_sink(
-                    kind,
+                stats = sinks[kind].run(
                     dsn,
                     path,
                     f"s_{kind.replace('-', '_')}_{r}",
@@ -303,15 +342,16 @@ def bench_e2e(cluster: PgCluster, spark: Any, args: argparse.Namespace) -> dict[
                     max_batch_ms=5_000,
                 )
                 took = time.perf_counter() - start
-                check_state(f"{kind} round {r}", table_state(sink_table(kind, path)), want)
+                check_state(f"{kind} round {r}", table_state(sinks[kind].table(path)), want)
                 run = {
                     "seconds": took,
                     "changes": stats.changes,
                     "batches": stats.batches,
                     "commits": getattr(stats, "commits", None),
                 }
-                if kind != "parquet":
-                    run["files"], run["bytes"] = delta_files(delta.table_path(path, TABLE))
+                files = sinks[kind].files
+                if files is not None:
+                    run.update(files(path))
                 runs[kind].append(run)
                 print(
                     f"e2e round {r}: {kind}: {stats.changes:,} changes in {took:.1f} s = "
@@ -449,23 +489,26 @@ SCALE_WRITERS = {"delta-rs": "delta-rs", "spark": "spark", "spark-plain": "spark
 
 
 @contextlib.contextmanager
-def plain_updates(active: bool) -> Iterator[None]:
-    """While active: the sink's MERGE clauses with ``SET c = s.c`` for every column."""
+def plain_updates(active: bool, module: Any = None) -> Iterator[None]:
+    """While active: the MERGE clauses of the sink whose ``module`` calls
+    ``merge_clauses`` (default: the Delta writers') with ``SET c = s.c`` for every
+    column."""
     if not active:
         yield
         return
-    original = delta.writers.merge_clauses
+    module = module or delta.writers
+    original = module.merge_clauses
 
     def plain(*args: Any, **kwargs: Any) -> dict[str, Any]:
         clauses = original(*args, **kwargs)
         clauses["update"] = {c: f"s.{c}" for c in clauses["update"]}
         return clauses
 
-    delta.writers.merge_clauses = plain
+    module.merge_clauses = plain
     try:
         yield
     finally:
-        delta.writers.merge_clauses = original
+        module.merge_clauses = original
 
 
 def bench_scale(cluster: PgCluster, spark: Any, args: argparse.Namespace) -> dict[str, Any]:
