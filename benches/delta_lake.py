@@ -489,26 +489,23 @@ SCALE_WRITERS = {"delta-rs": "delta-rs", "spark": "spark", "spark-plain": "spark
 
 
 @contextlib.contextmanager
-def plain_updates(active: bool, module: Any = None) -> Iterator[None]:
-    """While active: the MERGE clauses of the sink whose ``module`` calls
-    ``merge_clauses`` (default: the Delta writers') with ``SET c = s.c`` for every
-    column."""
+def plain_updates(active: bool) -> Iterator[None]:
+    """While active: the sink's MERGE clauses with ``SET c = s.c`` for every column."""
     if not active:
         yield
         return
-    module = module or delta.writers
-    original = module.merge_clauses
+    original = delta.writers.merge_clauses
 
     def plain(*args: Any, **kwargs: Any) -> dict[str, Any]:
         clauses = original(*args, **kwargs)
         clauses["update"] = {c: f"s.{c}" for c in clauses["update"]}
         return clauses
 
-    module.merge_clauses = plain
+    delta.writers.merge_clauses = plain
     try:
         yield
     finally:
-        module.merge_clauses = original
+        delta.writers.merge_clauses = original
 
 
 def bench_scale(cluster: PgCluster, spark: Any, args: argparse.Namespace) -> dict[str, Any]:
