@@ -100,7 +100,8 @@ def crash_points(
     return on_step, on_batch
 
 
-def main() -> None:
+def worker_arguments() -> argparse.ArgumentParser:
+    """The arguments every worker takes (see the module documentation)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("dsn")
     parser.add_argument("path")
@@ -109,9 +110,14 @@ def main() -> None:
     parser.add_argument("--nth", type=int, default=0)
     parser.add_argument("--log")
     parser.add_argument("--max-batch-rows", type=int, default=50)
-    parser.add_argument("--writer", default="delta-rs", choices=delta.WRITERS)
     parser.add_argument("--publication", default="pub")
     parser.add_argument("--slot", default="s1")
+    return parser
+
+
+def main() -> None:
+    parser = worker_arguments()
+    parser.add_argument("--writer", default="delta-rs", choices=delta.WRITERS)
     args = parser.parse_args()
     on_step, on_batch = crash_points(delta.DeltaSink, args.crash_at, args.nth, args.log)
 

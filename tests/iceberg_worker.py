@@ -22,33 +22,23 @@ clean end the process prints the run's `iceberg.ApplyStats` as one JSON line and
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
 import sys
 import threading
 
-from delta_worker import STEPS, _die, crash_points
+from delta_worker import _die, crash_points, worker_arguments
 from pgwire_cdc import iceberg
 
 CATALOG = "lake"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("dsn")
-    parser.add_argument("path")
-    parser.add_argument("until", type=int)
-    parser.add_argument("--crash-at", default="", choices=("", *STEPS))
-    parser.add_argument("--nth", type=int, default=0)
+    parser = worker_arguments()
     parser.add_argument("--kill-after", type=float)
-    parser.add_argument("--log")
-    parser.add_argument("--max-batch-rows", type=int, default=50)
     parser.add_argument("--namespace", default="torture")
     parser.add_argument("--property", action="append", default=[])
-    parser.add_argument("--publication", default="pub")
-    parser.add_argument("--slot", default="s1")
     args = parser.parse_args()
     on_step, on_batch = crash_points(iceberg.IcebergSink, args.crash_at, args.nth, args.log)
 
