@@ -134,6 +134,7 @@ bench-spark: build jars bench-capture
 	$(PIP) install -q -r benches/requirements.txt
 	$(PY) benches/spark.py
 	$(PY) benches/delta_lake.py
+	$(PY) benches/iceberg_lake.py
 
 # Each proptest fuzz target of tests/fuzz/ runs this long (seconds), one at a time so
 # that each has a core to itself; the `fuzz` profile is release with overflow checks.
