@@ -16,6 +16,7 @@ import pytest
 from conftest import Database
 from pgwire_cdc import delta
 from pgwire_cdc.errors import ConfigError, DeltaError
+from schema_workload import EVOLVING, ODD, ODD_MOVES, Step
 from stream_workload import SCHEMA, TABLES, Workload, norm, source_rows
 from test_stream import current_lsn
 
@@ -130,41 +131,8 @@ def test_a_batch_delivered_again_changes_nothing(
 def test_schema_changes_evolve_the_tables(
     db: Database, tmp_path: Path, writer: str, spark_in: Any
 ) -> None:
-    mode = SPARK_MODE_OF[writer]
-    spark = spark_in(mode) if mode else None
-    writer = "spark" if mode else writer
-
-    def keep() -> delta.ApplyStats:
-        return run(db, tmp_path, writer=writer, spark=spark)
-
-    db.conn.execute("CREATE TABLE t (id int PRIMARY KEY, a int, b text, big text)")
-    db.conn.execute("ALTER TABLE t ALTER COLUMN big SET STORAGE EXTERNAL")
-    db.conn.execute("CREATE PUBLICATION pub FOR TABLE t")
-    db.conn.execute(
-        "INSERT INTO t SELECT g, g, 'b' || g, repeat('z', 3000) FROM generate_series(1, 20) g"
-    )
-    keep()
-    path = delta.table_path(tmp_path, "public.t")
-    db.conn.execute("ALTER TABLE t ADD COLUMN c numeric(10,2) DEFAULT 1.5")
-    db.conn.execute("UPDATE t SET c = 2.5, a = a + 1 WHERE id <= 5")
-    db.conn.execute("INSERT INTO t VALUES (100, 1, 'new', 'small', 3.5)")
-    keep()
-    rows = {r["id"]: r for r in delta.read_table(path).to_pylist()}
-    # The rows the table held before ADD COLUMN have it null (the default is not sent).
-    assert str(rows[1]["c"]) == "2.50" and rows[10]["c"] is None and str(rows[100]["c"]) == "3.50"
-    assert rows[1]["big"] == "z" * 3000
-    db.conn.execute("ALTER TABLE t ALTER COLUMN a TYPE bigint")
-    db.conn.execute("ALTER TABLE t DROP COLUMN b")
-    db.conn.execute("UPDATE t SET a = 10000000000 WHERE id = 2")
-    db.conn.execute("INSERT INTO t (id, a) VALUES (101, 7)")
-    keep()
-    table = delta.read_table(path)
-    assert table.schema.field("a").type == "int64"
-    rows = {r["id"]: r for r in table.to_pylist()}
-    assert rows[2]["a"] == 10_000_000_000 and rows[3]["a"] == 4 and rows[7]["a"] == 7
-    # A dropped column stays: updated rows keep their value, new rows have it null.
-    assert rows[2]["b"] == "b2" and rows[101]["b"] is None
-    assert rows[2]["big"] == "z" * 3000
+    """The steps of ``schema_workload.EVOLVING``: columns added, widened and dropped."""
+    keep_with(db, tmp_path, writer, spark_in, EVOLVING)
 
 
 def test_an_existing_slot_without_tables_is_refused(
@@ -209,25 +177,20 @@ def test_odd_names_and_moved_toast(
 ) -> None:
     """Column names and key values with quotes, spaces and backslashes; rows whose key
     changes with their toasted column left unchanged take it from the old key's row."""
+    keep_with(db, tmp_path, writer, spark_in, (ODD, ODD_MOVES))
+
+
+def keep_with(
+    db: Database, tmp_path: Path, writer: str, spark_in: Any, steps: tuple[Step, ...]
+) -> None:
+    """Runs each step at the source, keeps the Delta tables with ``writer``, and checks
+    them against the step's ``SELECT`` on the source."""
     mode = SPARK_MODE_OF[writer]
     spark = spark_in(mode) if mode else None
-    writer = "spark" if mode else writer
-    db.conn.execute(
-        """CREATE TABLE "Odd" ("K'ey \\ x" text PRIMARY KEY, "it's `big`" text, n int);
-        ALTER TABLE "Odd" ALTER COLUMN "it's `big`" SET STORAGE EXTERNAL;
-        CREATE PUBLICATION pub FOR TABLE "Odd";
-        INSERT INTO "Odd" SELECT 'k''' || g || '\\', repeat(md5(g::text), 200), g
-          FROM generate_series(1, 30) g;"""
-    )
-    run(db, tmp_path, writer=writer, spark=spark)
-    db.conn.execute(
-        """UPDATE "Odd" SET "K'ey \\ x" = "K'ey \\ x" || '-moved', n = -n WHERE n % 3 = 0"""
-    )
-    db.conn.execute("""UPDATE "Odd" SET n = n + 100 WHERE n % 5 = 0""")
-    run(db, tmp_path, writer=writer, spark=spark)
-    got = delta.read_table(delta.table_path(tmp_path, "public.Odd")).to_pylist()
-    want = db.conn.execute("""SELECT "K'ey \\ x", "it's `big`", n FROM "Odd" """).fetchall()
-    assert sorted(tuple(r.values()) for r in got) == sorted(want)
+    for step in steps:
+        step.run(db.conn)
+        run(db, tmp_path, writer="spark" if mode else writer, spark=spark)
+        step.check(db.conn, lambda name: delta.read_table(delta.table_path(tmp_path, name)))
 
 
 def test_a_copy_in_progress_is_found_behind_other_commits(db: Database, tmp_path: Path) -> None:
