@@ -34,8 +34,9 @@ while streaming (incremental snapshots), their progress recorded as below.
 Schema changes: a column added at the source is added to the table (null in the rows it
 holds); a column type Iceberg can widen in place (int to bigint, float to double, a
 wider decimal) is widened, any other change raises :class:`~pgwire_cdc.errors.IcebergError`
-saying to re-snapshot; a column no longer carried stays, kept by updates and null in new
-rows (a keyless table drops it: its rows are matched whole).
+saying to re-snapshot; a column no longer carried stays, kept by updates (a row moved to
+a new key takes the old key's value) and null in new rows (a keyless table drops it: its
+rows are matched whole).
 
 Exactly once
 ------------

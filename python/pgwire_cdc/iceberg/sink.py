@@ -26,7 +26,7 @@ from ..lakehouse.sql import (
 )
 from ..lakehouse.stats import ApplyStats
 from ..spark.types import spark_schema
-from ..tables import METADATA_COLUMNS, key_columns, table_of
+from ..tables import METADATA_COLUMNS, key_columns, mark_unchanged, table_of
 from .table import SNAPSHOT_PROPERTY, Position, exists, position, table_ref
 
 if TYPE_CHECKING:
@@ -444,7 +444,7 @@ class IcebergSink:
     def _fit(self, name: str, ref: str, changes: pa.Table, *, keyed: bool) -> pa.Table:
         """Evolves the Iceberg table to the change table's columns: ADD COLUMN, and a
         type Iceberg can widen in place (int to bigint, float to double, a wider
-        decimal)."""
+        decimal); and the change table to the columns a keyed table keeps."""
         columns = data_columns(changes)
         wanted = spark_schema(changes.select(columns).schema)
         have = {f.name: f for f in self.spark.table(ref).schema.fields}
@@ -475,6 +475,18 @@ class IcebergSink:
             for c in missing:
                 self.spark.sql(f"ALTER TABLE {ref} DROP COLUMN {quote_name(c)}")
             log.info("%s: columns %s dropped (no longer published)", name, ", ".join(missing))
-        # A keyed table keeps them: the MERGE neither updates them (rows keep their
-        # value) nor inserts them (new rows have them null).
+        elif missing:
+            # A keyed table keeps them. The changes carry them null and marked unchanged,
+            # as an unchanged TOAST value: updated rows keep the table's value, new rows
+            # have null, and a row moved to a new key takes the old key's row's value
+            # (left out of the MERGE instead, a moved row was inserted with them null).
+            from pyspark.sql.pandas.types import to_arrow_type
+
+            for c in missing:
+                type_ = to_arrow_type(have[c].dataType)
+                changes = changes.append_column(
+                    pa.field(c, type_), pa.nulls(changes.num_rows, type_)
+                )
+            changes = mark_unchanged(changes, missing)
+            changes = changes.select([*data_columns(changes), *METADATA_COLUMNS])
         return changes
