@@ -50,13 +50,19 @@ pub const UNTIL_POSITION_INTERVAL: Duration = Duration::from_millis(500);
 /// session spin.
 pub const MIN_READ_WAIT: Duration = Duration::from_millis(1);
 
+/// While a batch collects past `max_wait` what arrived during the consumer's last apply
+/// (see [`Progress::batch_window`]): a read that finds nothing this long means the
+/// backlog is read.
+pub const BACKLOG_READ_WAIT: Duration = Duration::from_millis(10);
+
 /// When a batch is cut.
 #[derive(Debug, Clone, Copy)]
 pub struct BatchLimits {
     pub max_rows: usize,
     /// Payload bytes of the pgoutput messages that went into the batch.
     pub max_bytes: usize,
-    /// Time since the batch's first message.
+    /// Time since the batch's first message; longer after a batch the consumer took
+    /// longer than this to apply (see [`Progress::batch_window`]).
     pub max_wait: Duration,
     /// Stop once every transaction committed up to this LSN has been delivered.
     pub until_lsn: Option<u64>,
@@ -160,6 +166,13 @@ pub struct Progress {
     resumed: Instant,
     /// A batch was handed out and the consumer has not polled since.
     handed_out: bool,
+    /// When the last batch was handed out.
+    cut_at: Option<Instant>,
+    /// How long the consumer took over its last batch: from the cut to its next poll.
+    last_apply: Duration,
+    /// Since the last cut a read found nothing waiting, or the server sent a keepalive:
+    /// what arrived while the consumer applied its last batch has been read.
+    caught_up: bool,
     batch_started: Option<Instant>,
     batch_bytes: usize,
 }
@@ -190,6 +203,9 @@ impl Progress {
             ping_sent: None,
             resumed: now,
             handed_out: false,
+            cut_at: None,
+            last_apply: Duration::ZERO,
+            caught_up: false,
             batch_started: None,
             batch_bytes: 0,
         }
@@ -257,7 +273,33 @@ impl Progress {
     pub fn poll_started(&mut self, now: Instant) {
         if std::mem::take(&mut self.handed_out) {
             self.resumed = now;
+            self.last_apply = self
+                .cut_at
+                .map_or(Duration::ZERO, |cut| now.saturating_duration_since(cut));
         }
+    }
+
+    /// How long a batch collects after its first message: `max_wait`; after an apply
+    /// that took longer, as long as that apply took, until the changes that arrived
+    /// meanwhile are read ([`Progress::read_found_nothing`]). Batching by cost: a consumer
+    /// whose every apply has a large fixed cost (a Spark MERGE) would otherwise get
+    /// `max_wait`'s worth of reading per apply and fall further behind whenever the
+    /// backlog takes longer than that to read; the longer window takes in the backlog so
+    /// one apply serves it (the row and byte limits still bound the batch). A consumer
+    /// faster than `max_wait`, or one that has caught up, keeps `max_wait`: nothing waits
+    /// longer for changes yet to come.
+    pub fn batch_window(&self, limits: &BatchLimits) -> Duration {
+        if self.caught_up {
+            limits.max_wait
+        } else {
+            limits.max_wait.max(self.last_apply)
+        }
+    }
+
+    /// A read found nothing waiting, or the server sent a keepalive (it does when it has
+    /// nothing to send): the backlog of the consumer's last apply is read.
+    pub fn read_found_nothing(&mut self) {
+        self.caught_up = true;
     }
 
     /// The server sent something (any message) at `at`: it is alive.
@@ -394,7 +436,8 @@ impl Progress {
             // transaction whose rows went out in earlier batches): the consumer must get
             // to ack it.
             let moves_lsn = self.boundary > self.delivered && !held.in_transaction;
-            if now.duration_since(started) >= limits.max_wait && (held.rows > 0 || moves_lsn) {
+            let window = self.batch_window(limits);
+            if now.duration_since(started) >= window && (held.rows > 0 || moves_lsn) {
                 return Some(Stop::Waited);
             }
         }
@@ -406,12 +449,15 @@ impl Progress {
         None
     }
 
-    /// A batch is cut: its LSN (the boundary), and the batch counters start again.
-    pub fn cut(&mut self) -> u64 {
+    /// A batch is cut at `now`: its LSN (the boundary), and the batch counters start
+    /// again.
+    pub fn cut(&mut self, now: Instant) -> u64 {
         self.batch_started = None;
         self.batch_bytes = 0;
         self.delivered = self.delivered.max(self.boundary);
         self.handed_out = true;
+        self.cut_at = Some(now);
+        self.caught_up = false;
         self.boundary
     }
 
@@ -461,7 +507,15 @@ impl Progress {
                 .saturating_sub(now.duration_since(self.last_status)),
         );
         if let Some(started) = self.batch_started {
-            wait = wait.min(limits.max_wait.saturating_sub(now.duration_since(started)));
+            let age = now.duration_since(started);
+            if age < limits.max_wait {
+                wait = wait.min(limits.max_wait.saturating_sub(age));
+            } else {
+                // Past max_wait only to read the backlog: a short read tells whether more
+                // is waiting.
+                let window = self.batch_window(limits);
+                wait = wait.min(window.saturating_sub(age)).min(BACKLOG_READ_WAIT);
+            }
         }
         if let Some(idle) = limits.idle_timeout {
             wait = wait.min(idle.saturating_sub(now.duration_since(self.quiet_since())));

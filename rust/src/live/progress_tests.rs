@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use super::progress::{
-    BatchLimits, KeepaliveReply, Outstanding, Progress, StatusPositions, Stop,
+    BatchLimits, KeepaliveReply, Outstanding, Progress, StatusPositions, Stop, BACKLOG_READ_WAIT,
     IDLE_POSITION_INTERVAL, MIN_READ_WAIT, UNTIL_POSITION_INTERVAL,
 };
 
@@ -101,7 +101,7 @@ fn the_flush_position_never_passes_the_acked_lsn() {
     transaction(&mut p, 150, 200, t0);
     assert_eq!(p.boundary(), 200);
     assert_eq!(p.status(), status(150, 100), "fed, not even cut");
-    assert_eq!(p.cut(), 200);
+    assert_eq!(p.cut(t0), 200);
     assert_eq!(p.status(), status(150, 100), "handed out, not acked");
     // A keepalive while the batch is un-acked confirms nothing.
     let reply = p.keepalive(300, false, None, &idle());
@@ -213,7 +213,7 @@ fn nothing_is_confirmed_while_anything_is_outstanding() {
     // A batch handed out and not acked.
     let (mut p, t0) = progress(100, 100);
     transaction(&mut p, 150, 200, t0);
-    p.cut();
+    p.cut(t0);
     assert!(!p.idle_with_nothing_unacked(&idle()));
     p.keepalive(500, false, None, &idle());
     assert_eq!((p.boundary(), p.flush_position()), (200, 100));
@@ -241,7 +241,7 @@ fn a_finished_transaction_moves_the_boundary_and_the_next_batch_carries_it() {
         100,
         "a poll that cuts nothing reports the last batch"
     );
-    assert_eq!(p.cut(), 200);
+    assert_eq!(p.cut(t0), 200);
     assert_eq!(p.delivered(), 200);
     assert_eq!(p.pending_lsn(), 200);
     // The boundary never goes back.
@@ -264,10 +264,10 @@ fn a_batch_cut_inside_a_transaction_carries_the_last_complete_one() {
         ..Outstanding::default()
     };
     assert_eq!(p.batch_due(t0, &full, &held), Some(Stop::Full));
-    assert_eq!(p.cut(), 200, "never a point inside the open transaction");
-    assert_eq!(p.cut(), 200);
+    assert_eq!(p.cut(t0), 200, "never a point inside the open transaction");
+    assert_eq!(p.cut(t0), 200);
     p.transaction_finished(300, None, &idle());
-    assert_eq!(p.cut(), 300);
+    assert_eq!(p.cut(t0), 300);
 }
 
 #[test]
@@ -373,7 +373,7 @@ fn a_batch_is_full_at_max_rows_or_max_bytes() {
     assert_eq!(p.batch_due(t0, &l, &idle()), None);
     p.xlog_data(160, 40, t0);
     assert_eq!(p.batch_due(t0, &l, &idle()), Some(Stop::Full));
-    p.cut();
+    p.cut(t0);
     assert_eq!(
         p.batch_due(t0, &l, &idle()),
         None,
@@ -401,12 +401,51 @@ fn a_batch_waits_at_most_max_wait_after_its_first_message() {
     p.transaction_finished(200, None, &idle());
     assert_eq!(p.batch_due(t0 + secs(3), &l, &idle()), Some(Stop::Waited));
     assert_eq!(p.batch_due(t0 + secs(3), &l, &open_transaction()), None);
-    assert_eq!(p.cut(), 200);
+    assert_eq!(p.cut(t0), 200);
     assert_eq!(
         p.batch_due(t0 + secs(9), &l, &rows(1)),
         None,
         "no message since the cut"
     );
+}
+
+#[test]
+fn after_a_slow_apply_a_batch_collects_the_backlog_for_as_long_as_the_apply_took() {
+    let (mut p, t0) = progress(100, 100);
+    let l = limits(); // max_wait 1 s
+    assert_eq!(p.batch_window(&l), secs(1), "no batch applied yet");
+    p.xlog_data(150, 10, t0);
+    assert_eq!(p.batch_due(t0 + secs(1), &l, &rows(1)), Some(Stop::Waited));
+    p.cut(t0 + secs(1));
+    // The consumer took 3 s over that batch: while the changes that arrived meanwhile
+    // keep coming out of the socket, the next batch collects for up to 3 s.
+    p.poll_started(t0 + secs(4));
+    assert_eq!(p.batch_window(&l), secs(3));
+    p.xlog_data(160, 10, t0 + secs(4));
+    assert_eq!(
+        p.read_wait(t0 + ms(4500), t0 + secs(4), secs(60), &l),
+        Some(ms(500)),
+        "within max_wait a read waits as usual"
+    );
+    assert_eq!(p.batch_due(t0 + secs(5), &l, &rows(1)), None);
+    assert_eq!(
+        p.read_wait(t0 + secs(5), t0 + secs(4), secs(60), &l),
+        Some(BACKLOG_READ_WAIT),
+        "past max_wait a read only asks whether more is waiting"
+    );
+    assert_eq!(p.batch_due(t0 + ms(6999), &l, &rows(1)), None);
+    assert_eq!(p.batch_due(t0 + secs(7), &l, &rows(1)), Some(Stop::Waited));
+    // The limits still bound it.
+    assert_eq!(p.batch_due(t0 + secs(5), &l, &rows(1000)), Some(Stop::Full));
+    // Once a read finds nothing waiting, the backlog is read: max_wait again.
+    p.read_found_nothing();
+    assert_eq!(p.batch_window(&l), secs(1));
+    assert_eq!(p.batch_due(t0 + secs(5), &l, &rows(1)), Some(Stop::Waited));
+    p.cut(t0 + secs(5));
+    // A quick apply (and later polls of the same wait) keep max_wait.
+    p.poll_started(t0 + ms(5100));
+    p.poll_started(t0 + secs(60));
+    assert_eq!(p.batch_window(&l), secs(1));
 }
 
 #[test]
@@ -424,7 +463,7 @@ fn idle_timeout_counts_from_the_last_message_or_the_consumers_return() {
     assert_eq!(p.batch_due(t0 + secs(3), &l, &idle()), Some(Stop::Idle));
 
     // Time the consumer spends on a batch does not count.
-    p.cut();
+    p.cut(t0);
     p.poll_started(t0 + secs(10));
     assert_eq!(p.batch_due(t0 + secs(11), &l, &idle()), None);
     assert_eq!(p.batch_due(t0 + secs(12), &l, &idle()), Some(Stop::Idle));
@@ -462,7 +501,7 @@ fn an_idle_session_asks_for_the_servers_position_every_idle_position_interval() 
     assert!(p.idle_position_due(asked + IDLE_POSITION_INTERVAL, &idle()));
     // Not while a batch handed out is un-acked.
     transaction(&mut p, 150, 200, asked);
-    p.cut();
+    p.cut(t0);
     assert!(!p.idle_position_due(asked + secs(5), &idle()));
 }
 
@@ -507,7 +546,7 @@ fn a_read_waits_until_the_first_deadline() {
         p.read_wait(t0 + secs(2), t0, slice, &l),
         Some(Duration::ZERO)
     );
-    p.cut();
+    p.cut(t0);
     // idle_timeout, from the last message.
     let idle_limits = BatchLimits {
         idle_timeout: Some(secs(3)),

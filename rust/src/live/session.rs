@@ -383,7 +383,7 @@ impl LiveSession {
         } else {
             self.partial = None;
         }
-        let lsn = self.progress.cut();
+        let lsn = self.progress.cut(Instant::now());
         Ok(Polled {
             segments,
             lsn,
@@ -440,6 +440,7 @@ impl LiveSession {
 
             let stream = self.stream.as_mut().ok_or(LiveError::Closed)?;
             let Some(message) = stream.recv(wait)? else {
+                self.progress.read_found_nothing();
                 // Only after a read found nothing: a consumer that was busy with a batch
                 // may find the server's answer waiting in the socket.
                 self.check_stalled(Instant::now())?;
@@ -452,6 +453,7 @@ impl LiveSession {
                     reply_requested,
                     ..
                 } => {
+                    self.progress.read_found_nothing();
                     if self.keepalive(wal_end, reply_requested, until)? {
                         return self.cut(Stop::UntilLsn);
                     }
