@@ -277,8 +277,8 @@ class Executions:
         """The executions after ``mark`` (one statement's: its own and those it ran
         nested): each one's wall time; the union of their jobs' running time (the rest of
         the statement's time is the driver's: planning, table metadata, the commit); per
-        stage, tasks and times; and over all plan nodes: the rows table scans returned,
-        the scans, bytes shuffled and the joins used."""
+        stage, tasks and times; and over all plan nodes: the rows table scans returned
+        (scans of a Delta log left out), the scans, bytes shuffled and the joins used."""
         executions = self.since(mark)
         spans: list[tuple[int, int]] = []
         stages: list[dict[str, Any]] = []
@@ -345,7 +345,9 @@ class Executions:
                         metrics[str(m.name())] = metric_value(str(v.get()))
                 if "Join" in name and name not in out["joins"]:
                     out["joins"].append(name)
-                if name.startswith(("BatchScan", "Scan parquet")):
+                if name.startswith(("BatchScan", "Scan parquet")) and not delta_log(
+                    str(node.desc())
+                ):
                     out["scans"] += 1
                     out["scan_rows"] += int(metrics.get("number of output rows", 0))
                 if name == "Exchange":
@@ -355,11 +357,17 @@ class Executions:
         return out
 
 
+def delta_log(text: str) -> bool:
+    """Whether a scan's description is of a Delta log (a checkpoint), not of the table."""
+    return "_delta_log" in text
+
+
 def scan_columns(plan: str) -> list[str]:
-    """The columns each table scan of a physical plan description returns."""
+    """The columns each table scan of a physical plan description returns (Delta log
+    scans left out)."""
     found = []
     for section in re.split(r"\n\(\d+\) ", plan):
-        if section.startswith(("BatchScan", "Scan parquet")):
+        if section.startswith(("BatchScan", "Scan parquet")) and not delta_log(section):
             output = re.search(r"^Output \[\d+\]: \[(.*)\]$", section, re.MULTILINE)
             if output:
                 found.append(", ".join(re.sub(r"#\d+L?", "", c) for c in output[1].split(", ")))
