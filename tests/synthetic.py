@@ -14,6 +14,14 @@ shapes and uuids. The messages are exactly what pgoutput (protocol 1) sends for
 in text format, or with ``binary 'true'`` in the types' binary send formats; a seeded
 random generator makes them reproducible. ``tests/test_event_values.py`` and
 ``benches/`` use them.
+
+The ``typed`` table holds the same values less the name and the flag,
+
+    typed (id bigint primary key, amount numeric(12,2), at timestamptz, score float8,
+           doc jsonb, uid uuid)
+
+so that a stream of it measures the value parsers and builders of those types rather
+than text copying (``benches/synthetic_decode.py``).
 """
 
 from __future__ import annotations
@@ -36,15 +44,27 @@ COLUMNS = (
     ("doc", 3802, -1),
     ("uid", 2950, -1),
 )
+#: The ``typed`` table: ``bench``'s columns of these indexes, ``ts`` renamed ``at``.
+TYPED_RELATION_OID = 16_401
+TYPED_INDEXES = (0, 2, 3, 5, 6, 7)
+TYPED_COLUMNS = tuple(
+    ("at" if COLUMNS[i][0] == "ts" else COLUMNS[i][0], *COLUMNS[i][1:]) for i in TYPED_INDEXES
+)
+#: Table name -> (relation OID, columns, indexes of ``Row``'s values it holds).
+TABLES = {
+    "bench": (RELATION_OID, COLUMNS, tuple(range(len(COLUMNS)))),
+    "typed": (TYPED_RELATION_OID, TYPED_COLUMNS, TYPED_INDEXES),
+}
 PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 NAMES = ("ada", "grace", "edsger", "barbara", "donald", "żaneta", "jürgen", "李娜", "x")
 
 
-def relation_message() -> bytes:
+def relation_message(table: str = "bench") -> bytes:
+    relation_oid, columns, _ = TABLES[table]
     out = bytearray(b"R")
-    out += struct.pack(">I", RELATION_OID)
-    out += b"public\0bench\0" + b"d" + struct.pack(">H", len(COLUMNS))
-    for i, (name, oid, typmod) in enumerate(COLUMNS):
+    out += struct.pack(">I", relation_oid)
+    out += b"public\0" + table.encode() + b"\0" + b"d" + struct.pack(">H", len(columns))
+    for i, (name, oid, typmod) in enumerate(columns):
         out += bytes([1 if i == 0 else 0]) + name.encode() + b"\0"
         out += struct.pack(">Ii", oid, typmod)
     return bytes(out)
@@ -111,7 +131,7 @@ class Row:
             f"{sign}{abs(self.cents) // 100}.{abs(self.cents) % 100:02d}".encode(),
             (ts.strftime("%Y-%m-%d %H:%M:%S.%f").rstrip("0").rstrip(".") + "+00").encode(),
             b"t" if self.flag else b"f",
-            repr(self.score).encode(),
+            float8_text(self.score).encode(),
             self.doc.encode(),
             str(self.uid).encode(),
         ]
@@ -129,27 +149,48 @@ class Row:
         ]
 
 
-def insert_message(values: list[bytes], binary: bool) -> bytes:
+def float8_text(x: float) -> str:
+    """``x`` as float8out prints it (PostgreSQL 12+, extra_float_digits > 0): the shortest
+    text that reads back, as Python's ``repr``, but without ``repr``'s ``.0`` on integral
+    values, and in exponent form from 1e15 up (``repr``: from 1e16)."""
+    text = repr(x)
+    if text.endswith(".0"):
+        text = text[:-2]
+    if 1e15 <= abs(x) < 1e16:
+        # repr printed the shortest digits in full: 16 integer digits, no fraction.
+        sign, digits = ("-", text[1:]) if x < 0 else ("", text)
+        digits = digits.rstrip("0")
+        point = "." if len(digits) > 1 else ""
+        text = f"{sign}{digits[0]}{point}{digits[1:]}e+15"
+    return text
+
+
+def insert_message(values: list[bytes], binary: bool, relation_oid: int = RELATION_OID) -> bytes:
     kind = b"b" if binary else b"t"
     out = bytearray(b"I")
-    out += struct.pack(">I", RELATION_OID) + b"N" + struct.pack(">H", len(values))
+    out += struct.pack(">I", relation_oid) + b"N" + struct.pack(">H", len(values))
     for v in values:
         out += kind + struct.pack(">i", len(v)) + v
     return bytes(out)
 
 
 def stream(
-    rows: int, binary: bool, seed: int = 1, tx_rows: int = 10_000
+    rows: int, binary: bool, seed: int = 1, tx_rows: int = 10_000, table: str = "bench"
 ) -> Iterator[tuple[bytes, int]]:
-    """``(message, lsn)`` pairs: transactions of ``tx_rows`` inserts, the Relation message
-    in the first; LSNs increase by each message's length."""
+    """``(message, lsn)`` pairs: transactions of ``tx_rows`` inserts into ``table`` (a
+    key of ``TABLES``), the Relation message in the first; LSNs increase by each
+    message's length."""
     rng = random.Random(seed)
     lsn = 0x1_0000_0000
-    relation = relation_message()
+    relation_oid, _, indexes = TABLES[table]
+    relation = relation_message(table)
     xid = 1000
     for start in range(0, rows, tx_rows):
         n = min(tx_rows, rows - start)
-        inserts = [insert_message(_values(rng, start + i + 1, binary), binary) for i in range(n)]
+        inserts = [
+            insert_message(_values(rng, start + i + 1, binary, indexes), binary, relation_oid)
+            for i in range(n)
+        ]
         end = lsn + sum(len(m) for m in inserts) + 64
         yield begin_message(end, xid), lsn
         if start == 0:
@@ -162,11 +203,14 @@ def stream(
         xid += 1
 
 
-def _values(rng: random.Random, row_id: int, binary: bool) -> list[bytes]:
+def _values(rng: random.Random, row_id: int, binary: bool, indexes: tuple[int, ...]) -> list[bytes]:
     row = Row(rng, row_id)
-    return row.binary() if binary else row.text()
+    values = row.binary() if binary else row.text()
+    return [values[i] for i in indexes]
 
 
-def messages(rows: int, binary: bool, seed: int = 1) -> tuple[list[bytes], list[int]]:
-    pairs = list(stream(rows, binary, seed))
+def messages(
+    rows: int, binary: bool, seed: int = 1, table: str = "bench"
+) -> tuple[list[bytes], list[int]]:
+    pairs = list(stream(rows, binary, seed, table=table))
     return [m for m, _ in pairs], [lsn for _, lsn in pairs]
