@@ -63,10 +63,10 @@
 //! array     -> binary
 //! range     -> binary, datetime, numeric, types
 //! tsvector  -> binary
-//! text      -> numeric, scan
+//! text      -> float
 //! numeric   -> scan, types
 //! interval, money, binary -> datetime
-//! datetime  -> scan
+//! datetime, float -> scan
 //! ```
 
 pub mod array;
@@ -74,6 +74,7 @@ pub mod binary;
 pub mod bytea;
 pub mod datetime;
 pub mod error;
+mod float;
 pub mod interval;
 pub mod money;
 pub mod network;
