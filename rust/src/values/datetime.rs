@@ -12,7 +12,7 @@
 use std::fmt::Write as _;
 
 use super::error::{ValueError, ValueErrorKind};
-use super::scan::Scanner;
+use super::scan::{digits8, Scanner};
 
 pub const MICROS_PER_SECOND: i64 = 1_000_000;
 pub const MICROS_PER_MINUTE: i64 = 60 * MICROS_PER_SECOND;
@@ -341,7 +341,8 @@ fn usual_timestamp(b: &[u8], with_zone: bool) -> Option<i64> {
     };
     let month = u32::try_from(month).ok().filter(|m| (1..=12).contains(m))?;
     let day = u32::try_from(day).ok()?;
-    if year == 0 || day == 0 || day > days_in_month(year, month) {
+    // Every month has 28 days: the calendar is asked only about the days past them.
+    if year == 0 || day == 0 || (day > 28 && day > days_in_month(year, month)) {
         return None;
     }
     if hour > 23 || minute > 59 || second > 59 {
@@ -349,17 +350,9 @@ fn usual_timestamp(b: &[u8], with_zone: bool) -> Option<i64> {
     }
     let mut micros = 0;
     if let Some((b'.', fraction)) = rest.split_first() {
-        // One to six digits, scaled to microseconds.
-        let mut n = 0;
-        for &c in fraction.iter().take(7) {
-            let d = c.wrapping_sub(b'0');
-            if d > 9 {
-                break;
-            }
-            micros = micros * 10 + i64::from(d);
-            n += 1;
-        }
-        micros *= *SCALE.get(n).filter(|&&s| s != 0)?;
+        // One to six digits, scaled to microseconds (a run of seven or eight has no scale).
+        let (n, digits) = digits8(b, b.len() - fraction.len());
+        micros = i64::try_from(digits).ok()? * *SCALE.get(n).filter(|&&s| s != 0)?;
         rest = fraction.get(n..)?;
     }
     let mut offset = 0;
@@ -384,9 +377,20 @@ fn usual_timestamp(b: &[u8], with_zone: bool) -> Option<i64> {
     if !rest.is_empty() {
         return None;
     }
-    let days = days_from_civil(year, month, day);
+    let days = days_from_civil_ad(year as u32, month, day);
     let time = hour * MICROS_PER_HOUR + minute * MICROS_PER_MINUTE + second * MICROS_PER_SECOND;
     Some(days * MICROS_PER_DAY + time + micros - offset)
+}
+
+/// [`days_from_civil`] for years 1 to 9999 AD, in unsigned arithmetic: no negative years,
+/// so no rounding towards minus infinity to correct for.
+fn days_from_civil_ad(year: u32, month: u32, day: u32) -> i64 {
+    let y = year - u32::from(month <= 2);
+    let (era, yoe) = (y / 400, y % 400);
+    let shifted_month = if month > 2 { month - 3 } else { month + 9 };
+    let doy = (153 * shifted_month + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    i64::from(era * 146_097 + doe) - 719_468
 }
 
 /// Two ASCII digits as a number.
@@ -552,6 +556,19 @@ mod usual_form_tests {
                 if let Some(micros) = usual_timestamp(s.as_bytes(), with_zone) {
                     prop_assert_eq!(Ok(micros), parse_any_timestamp(&s, with_zone, "timestamp"));
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn days_of_years_ad() {
+        for year in 1..=9999_u32 {
+            for (month, day) in [(1, 1), (2, 28), (2, 29), (3, 1), (12, 31)] {
+                assert_eq!(
+                    days_from_civil_ad(year, month, day),
+                    days_from_civil(i64::from(year), month, day),
+                    "{year}-{month}-{day}"
+                );
             }
         }
     }
