@@ -1,7 +1,7 @@
 //! pgwire_cdc: PostgreSQL logical replication (pgoutput) decoded in Rust.
 //!
 //! Layers, bottom up:
-//! * [`wire`]: a bounds-checked cursor over one message's bytes;
+//! * [`wire`]: a bounds-checked cursor over one message's bytes, and the text checks;
 //! * [`protocol`]: every pgoutput message of protocol versions 1 to 4, parsed without
 //!   copying;
 //! * [`decoder`]: transaction framing, streamed and two-phase transaction assembly (held

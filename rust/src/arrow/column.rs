@@ -19,6 +19,7 @@ use super::buffers::{room, Bytes, Fixed, OffsetOverflow, Recycler, Slot, Utf8, V
 use crate::protocol::Datum;
 use crate::values::datetime::PG_EPOCH_MICROS;
 use crate::values::{uuid, PgType, Raw, Scalar, ValueError, ValueErrorKind};
+use crate::wire::utf8;
 
 /// The Arrow type of a column of PostgreSQL type `oid` with modifier `typmod`.
 pub fn arrow_type(oid: u32, typmod: i32) -> DataType {
@@ -274,7 +275,7 @@ macro_rules! builder {
 fn push_utf8(col: &mut Utf8, b: &[u8]) -> bool {
     match col.push_ascii(b) {
         Ok(true) => true,
-        Ok(false) => simdutf8::basic::from_utf8(b).is_ok_and(|s| col.push(s).is_ok()),
+        Ok(false) => utf8(b).is_some_and(|s| col.push(s).is_ok()),
         Err(_) => false,
     }
 }

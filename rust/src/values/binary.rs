@@ -123,9 +123,7 @@ pub fn float8(b: &[u8]) -> Result<f64, ValueError> {
 /// text, varchar, bpchar, name, xml, json, enum labels, citext: the text's UTF-8 bytes
 /// (the client encoding is UTF8).
 pub fn text<'a>(b: &'a [u8], type_name: &'static str) -> Result<&'a str, ValueError> {
-    // The SIMD validator for long texts (it leaves short ones to std's).
-    simdutf8::basic::from_utf8(b)
-        .map_err(|_| ValueError::new(type_name, ValueErrorKind::InvalidUtf8))
+    crate::wire::utf8(b).ok_or(ValueError::new(type_name, ValueErrorKind::InvalidUtf8))
 }
 
 /// jsonb: a version byte (1, the only one so far) and the JSON text `jsonb_out` prints.
