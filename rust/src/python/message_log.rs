@@ -2,7 +2,7 @@
 //!
 //! The decoder cannot know whether its caller will ask for events, and building them as
 //! it goes costs as much as the change tables. So it keeps a copy of each message it fed
-//! successfully, with its LSN, in one buffer (a copy while the message is in the cache is
+//! successfully, with its LSN, in large buffers (a copy while the message is in the cache is
 //! cheaper than holding a reference to the Python object, whose release later touches it
 //! again), and a decoder in the state it was in before the first of them. `events()`
 //! decodes the kept messages with that decoder, which then is in the main decoder's state
@@ -20,9 +20,24 @@ use crate::event_log::EventLog;
 use crate::relation::BaseType;
 use crate::sink::{EventSink, NullSink};
 
-/// Messages one after another in one buffer.
+/// Bytes of one chunk of [`Messages`]: large enough that starting a chunk is rare, small
+/// enough that the last one's unused room does not matter.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// Messages one after another, in chunks of [`CHUNK_BYTES`] (a longer message gets a chunk
+/// of its own). A single growing buffer copied everything it held at each doubling, into
+/// freshly faulted pages: about 8 % of the default decoder's time on the synthetic streams
+/// (perf, five takes of 100,000 messages per decoder).
 #[derive(Default)]
 struct Messages {
+    /// In use, oldest first: only the last one takes new messages.
+    chunks: Vec<Chunk>,
+    /// Emptied by `clear`, their memory kept for the next messages.
+    spare: Vec<Chunk>,
+}
+
+#[derive(Default)]
+struct Chunk {
     bytes: Vec<u8>,
     /// Where each message ends in `bytes`, and its LSN.
     ends: Vec<(usize, u64)>,
@@ -30,24 +45,40 @@ struct Messages {
 
 impl Messages {
     fn push(&mut self, message: &[u8], lsn: u64) {
-        self.bytes.extend_from_slice(message);
-        self.ends.push((self.bytes.len(), lsn));
+        let fits = self
+            .chunks
+            .last()
+            .is_some_and(|c| c.bytes.capacity() - c.bytes.len() >= message.len());
+        if !fits {
+            let mut chunk = self.spare.pop().unwrap_or_default();
+            chunk.bytes.reserve(CHUNK_BYTES.max(message.len()));
+            self.chunks.push(chunk);
+        }
+        if let Some(chunk) = self.chunks.last_mut() {
+            chunk.bytes.extend_from_slice(message);
+            chunk.ends.push((chunk.bytes.len(), lsn));
+        }
     }
 
     /// Feeds every message to `decoder`, in order.
     fn feed(&self, decoder: &mut Decoder, sink: &mut impl EventSink) -> Result<(), FeedError> {
-        let mut start = 0;
-        for &(end, lsn) in &self.ends {
-            decoder.feed(self.bytes.get(start..end).unwrap_or_default(), lsn, sink)?;
-            start = end;
+        for chunk in &self.chunks {
+            let mut start = 0;
+            for &(end, lsn) in &chunk.ends {
+                decoder.feed(chunk.bytes.get(start..end).unwrap_or_default(), lsn, sink)?;
+                start = end;
+            }
         }
         Ok(())
     }
 
     /// Forgets the messages, keeping the memory for the next ones.
     fn clear(&mut self) {
-        self.bytes.clear();
-        self.ends.clear();
+        for mut chunk in self.chunks.drain(..) {
+            chunk.bytes.clear();
+            chunk.ends.clear();
+            self.spare.push(chunk);
+        }
     }
 }
 
