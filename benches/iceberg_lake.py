@@ -359,7 +359,7 @@ class Executions:
 
 def delta_log(text: str) -> bool:
     """Whether a scan's description is of a Delta log (a checkpoint), not of the table."""
-    return "_delta_log" in text
+    return "_delta_log" in text or "DeltaLogFileIndex" in text
 
 
 def scan_columns(plan: str) -> list[str]:
