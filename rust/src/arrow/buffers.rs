@@ -6,10 +6,12 @@
 //! batch's builders then fault fresh zeroed pages in one by one, about a fifth of the
 //! decoding time of a 100,000-row batch (perf: `clear_page`, `do_anonymous_page`). So a
 //! table keeps a reference to every buffer it handed out ([`Recycler`]); when the next
-//! batch's first row comes (the consumer has usually dropped the last batch by then), the
-//! buffers nobody else holds any more become the vectors of the builders
-//! (`Buffer::into_vec`: only when the reference is the last one). Buffers still in use are
-//! let go, so nothing is kept beyond the last batch.
+//! batch's first row comes, the buffers nobody else holds any more become the vectors of
+//! the builders (`Buffer::into_vec`: only when the reference is the last one). A consumer
+//! that drains with `take()` has usually dropped the last batch by then; one that iterates
+//! (`for batch in stream(...)`) still holds it while the next is built, so a buffer still
+//! in use gets a second chance at the batch after (by then the consumer has moved on).
+//! Buffers still in use then are let go: nothing is kept beyond the last two batches.
 
 use std::sync::Arc;
 
@@ -36,21 +38,40 @@ pub(crate) fn room(n: usize) -> usize {
 pub struct Recycler {
     /// Handed out by the batch being finished.
     lent: Vec<Buffer>,
-    /// Handed out by the batch before: reusable once their last other reference is gone.
-    returning: Vec<Buffer>,
+    /// Handed out by the batch before and still in use when the last batch was built:
+    /// offered once more.
+    kept: Vec<Buffer>,
+    /// Offered while the builders are refilled, smallest first: `kept`'s, then `lent`'s,
+    /// the latter marked (true) for a second chance.
+    returning: Vec<(Buffer, bool)>,
 }
 
 impl Recycler {
-    /// Starts refilling the builders: the buffers lent out so far are offered for reuse,
-    /// smallest first.
+    /// Starts refilling the builders: the buffers lent out by the last two batches are
+    /// offered for reuse, smallest first.
     pub fn begin(&mut self) {
-        self.returning = std::mem::take(&mut self.lent);
-        self.returning.sort_unstable_by_key(Buffer::capacity);
+        self.returning.clear();
+        self.returning.extend(
+            std::mem::take(&mut self.kept)
+                .into_iter()
+                .map(|b| (b, false)),
+        );
+        self.returning.extend(
+            std::mem::take(&mut self.lent)
+                .into_iter()
+                .map(|b| (b, true)),
+        );
+        self.returning.sort_by_key(|(b, _)| b.capacity());
     }
 
-    /// Ends refilling: what was not reused is let go (freed if nobody holds it).
+    /// Ends refilling: what the last batch lent and was not reused is kept for the next
+    /// refill; the rest is let go (freed if nobody holds it).
     pub fn end(&mut self) {
-        self.returning.clear();
+        self.kept = self
+            .returning
+            .drain(..)
+            .filter_map(|(b, second_chance)| second_chance.then_some(b))
+            .collect();
     }
 
     /// A buffer of `values`, remembered for reuse.
@@ -66,9 +87,11 @@ impl Recycler {
     /// fits and that only this table still references, or a new allocation.
     pub fn vec<T: ArrowNativeType>(&mut self, capacity: usize) -> Vec<T> {
         let bytes = capacity.saturating_mul(std::mem::size_of::<T>());
-        let mut i = self.returning.partition_point(|b| b.capacity() < bytes);
+        let mut i = self
+            .returning
+            .partition_point(|(b, _)| b.capacity() < bytes);
         while i < self.returning.len() {
-            let buffer = self.returning.remove(i);
+            let (buffer, second_chance) = self.returning.remove(i);
             match buffer.into_vec::<T>() {
                 Ok(mut v) => {
                     v.clear();
@@ -76,7 +99,7 @@ impl Recycler {
                 }
                 // Still shared, or laid out for another type: it stays, in order.
                 Err(buffer) => {
-                    self.returning.insert(i, buffer);
+                    self.returning.insert(i, (buffer, second_chance));
                     i += 1;
                 }
             }
@@ -524,5 +547,38 @@ mod tests {
             assert_eq!(got, pattern);
             assert_eq!(v.len(), 0);
         }
+    }
+
+    /// A batch still held while the next is built (a `for batch in stream(...)` loop)
+    /// lends its memory to the batch after; one held longer is let go.
+    #[test]
+    fn a_batch_held_while_the_next_is_built_comes_back_one_later() {
+        let mut recycler = Recycler::default();
+        let mut col = Fixed::<i64>::default();
+        let _ = batch(&mut col, &mut recycler, 0, 1000);
+        let second = batch(&mut col, &mut recycler, 1000, 1000);
+        let second_ptr = values_ptr(&second);
+        let third = batch(&mut col, &mut recycler, 2000, 1000);
+        assert_ne!(values_ptr(&third), second_ptr);
+        drop(second);
+        let fourth = batch(&mut col, &mut recycler, 3000, 1000);
+        assert_eq!(values_ptr(&fourth), second_ptr);
+        assert_eq!(
+            fourth
+                .as_primitive::<Int64Type>()
+                .iter()
+                .collect::<Vec<_>>(),
+            expected(3000, 1000)
+        );
+        // `third` held through two more batches: no longer offered, never written to.
+        drop(fourth);
+        let _ = batch(&mut col, &mut recycler, 4000, 1000);
+        let _ = batch(&mut col, &mut recycler, 5000, 1000);
+        let third_ptr = values_ptr(&third).cast::<u8>();
+        assert!(recycler.kept.iter().all(|b| b.as_ptr() != third_ptr));
+        assert_eq!(
+            third.as_primitive::<Int64Type>().iter().collect::<Vec<_>>(),
+            expected(2000, 1000)
+        );
     }
 }
