@@ -407,8 +407,10 @@ impl LiveSession {
             // Learn at once how far the server has got.
             self.send_status(true)?;
         }
+        // When the last message (or replayed chunk) came: one clock read a message, which
+        // the checks below take as the present (they run microseconds later).
+        let mut now = Instant::now();
         loop {
-            let now = Instant::now();
             if let Some(stop) = self.progress.batch_due(now, limits, &self.outstanding()) {
                 return self.cut(stop);
             }
@@ -435,18 +437,21 @@ impl LiveSession {
                 if self.replay_some(room.clamp(1, REPLAY_CHUNK), until)? {
                     return self.cut(Stop::UntilLsn);
                 }
+                now = Instant::now();
                 continue;
             }
 
             let stream = self.stream.as_mut().ok_or(LiveError::Closed)?;
-            let Some(message) = stream.recv(wait)? else {
+            let received = stream.recv(wait)?;
+            now = Instant::now();
+            let Some(message) = received else {
                 self.progress.read_found_nothing();
                 // Only after a read found nothing: a consumer that was busy with a batch
                 // may find the server's answer waiting in the socket.
-                self.check_stalled(Instant::now())?;
+                self.check_stalled(now)?;
                 continue;
             };
-            self.progress.heard(Instant::now());
+            self.progress.heard(now);
             match message {
                 ReplicationMessage::Keepalive {
                     wal_end,
@@ -467,8 +472,7 @@ impl LiveSession {
                             let held = outstanding(&self.sink, &self.decoder, &self.notes);
                             self.progress.begin_is_past_until(final_lsn, until, &held)
                         });
-                    self.progress
-                        .xlog_data(wal_start, data.len(), Instant::now());
+                    self.progress.xlog_data(wal_start, data.len(), now);
                     let mut tracker = Tracker::new(
                         &mut self.sink,
                         &mut self.value_errors,

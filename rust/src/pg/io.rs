@@ -193,6 +193,11 @@ impl Wire {
         }
     }
 
+    /// The next complete message if the buffer already holds it, without reading.
+    pub(crate) fn buffered_frame(&mut self) -> Result<Option<Frame>, PgError> {
+        self.parse_frame()
+    }
+
     /// Bytes received but not yet handed out (a partial message, after a time-out).
     #[cfg(test)]
     pub(crate) fn buffered(&self) -> usize {

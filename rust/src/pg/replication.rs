@@ -308,12 +308,21 @@ impl ReplicationStream {
         if self.server_done {
             return Err(PgError::connect("the server ended the replication stream"));
         }
-        let deadline = Instant::now().checked_add(timeout);
+        // The clock is read only when the buffer holds no complete message: most calls
+        // find one there (a read brings in many), and a clock read costs as much as
+        // framing the message.
+        let mut deadline = None;
         let frame = loop {
-            let next = match deadline {
-                Some(d) => self.conn.wire.next_frame(Some(d)),
-                // A timeout too large for the clock: wait without a deadline.
-                None => self.conn.wire.frame().map(Some),
+            let next = match self.conn.wire.buffered_frame() {
+                Ok(Some(frame)) => Ok(Some(frame)),
+                Ok(None) => {
+                    match *deadline.get_or_insert_with(|| Instant::now().checked_add(timeout)) {
+                        Some(d) => self.conn.wire.next_frame(Some(d)),
+                        // A timeout too large for the clock: wait without a deadline.
+                        None => self.conn.wire.frame().map(Some),
+                    }
+                }
+                Err(e) => Err(e),
             };
             let frame = match next {
                 Ok(Some(frame)) => frame,
