@@ -877,8 +877,47 @@ def render_scale(scale: dict[str, Any]) -> list[str]:
                 f"{prof.get('shuffle_bytes', 0) / 1e6:,.1f} | "
                 f"{', '.join(prof.get('joins', []))} | {inside} |"
             )
-    lines.append("")
+    lines += ["", *reading(scale, sizes[-1]), ""]
     return lines
+
+
+def last_stage_s(profile: dict[str, Any]) -> float:
+    stages = profile.get("stages") or [{"ms": 0}]
+    return float(stages[-1]["ms"] or 0) / 1000
+
+
+def reading(scale: dict[str, Any], size: str) -> list[str]:
+    """How to read the table above, from the largest table's median runs."""
+    writers = scale["sizes"][size]["writers"]
+    out = []
+    ice = writers.get("iceberg")
+    if ice and ice.get("profiles"):
+        prof = ice["profiles"][median_run(ice["times"])]
+        rows = max(prof.get("scan_rows", 0), 1)
+        out.append(
+            f"- Iceberg, {int(size):,} rows: one execution. Its scan reads the key and the "
+            f"row-position columns of all {prof['scan_rows']:,.0f} rows; they are "
+            f"shuffled ({prof['shuffle_bytes'] / 1e6:,.0f} MB, "
+            f"{prof['shuffle_bytes'] / rows:.0f} bytes a row) and joined to the source "
+            f"by {', '.join(prof.get('joins', [])) or '?'}: the MERGE's `WHEN NOT MATCHED "
+            "THEN INSERT` makes the join an outer join that keeps every source row, and "
+            "Spark does not broadcast the side an outer join keeps, so the table's side is "
+            f"shuffled and sorted instead of the {scale['updates']:,} source rows being "
+            "broadcast. That work grows with the table; the last stage (writing one data "
+            "file and the deletion vectors) does not "
+            f"({last_stage_s(prof):.2f} s here)."
+        )
+    dlt = writers.get("delta")
+    if dlt and dlt.get("profiles"):
+        prof = dlt["profiles"][median_run(dlt["times"])]
+        out.append(
+            f"- Delta, {int(size):,} rows: one execution per step (above), nested in the "
+            f"MERGE's; their scans read the table's key column {prof['scans']} times "
+            f"({prof['scan_rows']:,.0f} rows in all): to find the touched files, to write "
+            "the changed rows, to write the deletion vectors; joins: "
+            f"{', '.join(prof.get('joins', [])) or '?'}."
+        )
+    return out
 
 
 def ratios_and_figures(parts: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
