@@ -127,3 +127,41 @@ fn a_deadline_in_the_past_reads_nothing_but_keeps_buffered_frames() {
     assert!(wire.next_frame(Some(past)).unwrap().is_none());
     assert!(polled.elapsed() < Duration::from_millis(50));
 }
+
+/// After a read that brought in a backlog, a short message that comes alone is still
+/// delivered at once (within the backlog's short wait), not at the caller's deadline; and
+/// the frames around it come out whole.
+#[test]
+fn a_message_after_a_backlog_is_not_held_back() {
+    let (mut wire, mut peer) = pair();
+    let big = frame(b'd', &vec![7u8; 200 * 1024]);
+    let writer = thread::spawn(move || {
+        peer.write_all(&big).unwrap();
+        // Let the reader take the backlog in before the lone message comes.
+        thread::sleep(Duration::from_millis(200));
+        peer.write_all(&frame(b'd', b"alone")).unwrap();
+        thread::sleep(Duration::from_secs(3));
+        peer
+    });
+    let deadline = || Some(Instant::now() + Duration::from_secs(2));
+    let first = wire.next_frame(deadline()).unwrap().unwrap();
+    assert_eq!(wire.body(&first).unwrap().len(), 200 * 1024);
+    assert!(wire.in_backlog());
+    let started = Instant::now();
+    let second = wire.next_frame(deadline()).unwrap().unwrap();
+    assert_eq!(wire.body(&second).unwrap(), b"alone");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!wire.in_backlog());
+    // And nothing more: the deadline is kept.
+    let started = Instant::now();
+    let none = wire
+        .next_frame(Some(Instant::now() + Duration::from_millis(300)))
+        .unwrap();
+    assert!(none.is_none());
+    assert!(started.elapsed() >= Duration::from_millis(290));
+    drop(writer.join().unwrap());
+}
