@@ -676,7 +676,8 @@ def render(parts: dict[str, Any], env: dict[str, str]) -> list[str]:
         "median of several runs, interleaved so that load spreads over all contenders. "
         "Spark's times move most with such load, and a loaded machine inflates a short "
         "MERGE relatively more than a long one, which flatters a large-over-small ratio "
-        "(the 1-minute load average each part started with is given).",
+        "(the 1-minute load average at each part's start and during it is given: above "
+        "2, other jobs competed for the cores).",
         "",
     ]
     e2e = parts.get("e2e")
