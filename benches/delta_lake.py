@@ -84,13 +84,14 @@ from support.server import PgCluster  # noqa: E402
 
 TABLE = "public.bench"
 RESULTS = HERE / "results"
-CONTENDERS = ("parquet", "delta-rs", "spark")
+CONTENDERS = ("parquet", "delta-rs", "delta-rs-cow", "spark")
 #: Rows per data file of the tables of part 2: two files for 1,000,000 rows, so that Spark
 #: reads even the small table with both cores (one file holds one row group).
 DEFAULT_ROWS_PER_FILE = 500_000
 LABEL = {
     "parquet": "Parquet mirror (baseline)",
-    "delta-rs": "Delta, delta-rs writer",
+    "delta-rs": "Delta, delta-rs writer (deletion vectors)",
+    "delta-rs-cow": "Delta, delta-rs writer (copy-on-write)",
     "spark": "Delta, Spark writer (deletion vectors)",
 }
 
@@ -180,7 +181,10 @@ def check_state(what: str, got: tuple[int, str, float], want: tuple[int, str, fl
 def run_sink(kind: str, dsn: str, path: Path, slot: str, spark: Any, **options: Any) -> Any:
     if kind == "parquet":
         return parquet_mirror.run(dsn, path, publication="pub", slot=slot, **options)
-    return delta.run(dsn, path, publication="pub", slot=slot, writer=kind, spark=spark, **options)
+    writer: Any = kind
+    if kind == "delta-rs-cow":
+        writer = delta.DeltaRsWriter(deletion_vectors=False)
+    return delta.run(dsn, path, publication="pub", slot=slot, writer=writer, spark=spark, **options)
 
 
 def sink_table(kind: str, path: Path) -> pa.Table:
@@ -485,7 +489,30 @@ def check_updated(path: str, batch: Batch, rows: int) -> None:
 #: 'c') THEN t.c ...``), which the batches here allow since no change leaves a column
 #: unchanged: it shows what the CASE costs (it makes the MERGE read every column of every
 #: touched file, where otherwise only the key column is read).
-SCALE_WRITERS = {"delta-rs": "delta-rs", "spark": "spark", "spark-plain": "spark"}
+SCALE_WRITERS = {
+    "delta-rs": "delta-rs",
+    "delta-rs-dv": "delta-rs",
+    "spark": "spark",
+    "spark-plain": "spark",
+}
+#: The table each variant starts from: without deletion vectors (delta-rs's
+#: copy-on-write MERGE), with the feature turned on by delta-rs (the delta-rs writer's
+#: MERGE by deletion vectors) or by Spark.
+SCALE_MASTERS = {
+    "delta-rs": "plain",
+    "delta-rs-dv": "dv-delta-rs",
+    "spark": "dv-spark",
+    "spark-plain": "dv-spark",
+}
+
+
+def make_master(kind: str, base: Path, dst: Path, spark: Any) -> None:
+    """A copy of the table under ``base`` as variant master ``kind`` wants it."""
+    shutil.copytree(base, dst)
+    if kind == "dv-spark":
+        enable_deletion_vectors(spark, delta.table_path(dst, TABLE))
+    elif kind == "dv-delta-rs":
+        delta.enable_deletion_vectors(delta.table_path(dst, TABLE))
 
 
 @contextlib.contextmanager
@@ -528,9 +555,7 @@ def bench_scale(cluster: PgCluster, spark: Any, args: argparse.Namespace) -> dic
         warm = work / "warm"
         build_table(template, 100_000, 100_000, delta.table_path(warm / "base", TABLE))
         for w in writers:
-            shutil.copytree(warm / "base", warm / w)
-            if SCALE_WRITERS[w] == "spark":
-                enable_deletion_vectors(spark, delta.table_path(warm / w, TABLE))
+            make_master(SCALE_MASTERS[w], warm / "base", warm / w, spark)
             keys = random.Random(1).sample(range(1, 100_001), 1_000)
             lsn += 10_000
             with plain_updates(w == "spark-plain"):
@@ -549,11 +574,10 @@ def bench_scale(cluster: PgCluster, spark: Any, args: argparse.Namespace) -> dic
                 flush=True,
             )
             entry: dict[str, Any] = {"files": files, "bytes": nbytes, "writers": {}}
-            masters = {"delta-rs": base}
-            if any(SCALE_WRITERS[w] == "spark" for w in writers):
-                masters["spark"] = work / f"{size}-dv"
-                shutil.copytree(base, masters["spark"])
-                enable_deletion_vectors(spark, delta.table_path(masters["spark"], TABLE))
+            masters = {"plain": base}
+            for kind in sorted({SCALE_MASTERS[w] for w in writers} - {"plain"}):
+                masters[kind] = work / f"{size}-{kind}"
+                make_master(kind, base, masters[kind], spark)
             times: dict[str, list[float]] = {w: [] for w in writers}
             commits: dict[str, list[dict[str, Any]]] = {w: [] for w in writers}
             # Runs interleave the writers, so that noise from other jobs spreads over all.
@@ -562,7 +586,7 @@ def bench_scale(cluster: PgCluster, spark: Any, args: argparse.Namespace) -> dic
                 for w in writers:
                     run = work / f"{size}-{w}-run"
                     shutil.rmtree(run, ignore_errors=True)
-                    shutil.copytree(masters[SCALE_WRITERS[w]], run)
+                    shutil.copytree(masters[SCALE_MASTERS[w]], run)
                     lsn += 100_000
                     batch = update_batch(template, keys, lsn, rep)
                     sink = delta.DeltaSink(run, SCALE_WRITERS[w], spark)

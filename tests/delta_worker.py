@@ -118,6 +118,7 @@ def worker_arguments() -> argparse.ArgumentParser:
 def main() -> None:
     parser = worker_arguments()
     parser.add_argument("--writer", default="delta-rs", choices=delta.WRITERS)
+    parser.add_argument("--deletion-vectors", action="store_true")
     args = parser.parse_args()
     on_step, on_batch = crash_points(delta.DeltaSink, args.crash_at, args.nth, args.log)
 
@@ -141,6 +142,7 @@ def main() -> None:
         max_batch_rows=args.max_batch_rows,
         on_step=on_step,
         on_batch=on_batch,
+        deletion_vectors=args.deletion_vectors,
     )
     print(json.dumps(dataclasses.asdict(total)), flush=True)
 

@@ -23,6 +23,7 @@ toasted column unchanged is first read back from the table under its old key
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -206,6 +207,23 @@ def torture(
         print("crash torture:", json.dumps(report))
         assert not any(differing.values()), differing
         return report
+
+
+#: Kills of the deletion-vector torture (``PGWIRE_CDC_TORTURE_KILLS=20`` for twenty).
+DV_KILLS = int(os.environ.get("PGWIRE_CDC_TORTURE_KILLS", "5"))
+
+
+@pytest.mark.server
+def test_deletion_vector_tables_survive_sigkills(pg18_cluster: Any, tmp_path: Path) -> None:
+    """The same torture on tables kept by deletion vectors (the delta-rs writer's MERGE
+    that rewrites no file): killed between its data, deletion-vector and log writes, the
+    tables still end equal to the source."""
+    lake = tmp_path / "lake"
+    worker = Worker(args=("--deletion-vectors",))
+    report = torture(pg18_cluster, lake, tmp_path / "deliveries.jsonl", DV_KILLS, worker)
+    assert report["restarts_after_sigkill"] >= DV_KILLS
+    log = (Path(delta.table_path(lake, "public.items")) / "_delta_log").glob("*.json")
+    assert any('"deletionVector":{' in p.read_text() for p in log)
 
 
 @pytest.mark.server

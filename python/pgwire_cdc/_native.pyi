@@ -170,6 +170,22 @@ _ColumnSpec = tuple[str, int, int, int, int, bool]
 _TaskSpec = tuple[int, str, str, str, list[_ColumnSpec], str]
 
 @final
+class DeltaDvTable:
+    """A Delta table kept by deletion vectors (MERGEs that rewrite no data file)."""
+
+    def __new__(cls, uri: str, storage_options: dict[str, str] | None = None) -> Self: ...
+    def unsupported(self) -> str | None: ...
+    def merge(
+        self,
+        source: object,
+        keys: list[str],
+        app_id: str,
+        version: int,
+        metadata: str | None = None,
+    ) -> dict[str, Any]: ...
+    def compact(self, min_file_rows: int, target_file_size: int) -> dict[str, Any]: ...
+
+@final
 class SessionOptions:
     """How a streaming session runs (``ReplicationConnection.start_streaming``), resolved
     once per ``stream()`` run; ``ValueError`` for a ``proto_version`` outside 1 to 4."""

@@ -196,6 +196,25 @@ def cmd_resnapshot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_compact(args: argparse.Namespace) -> int:
+    from .delta.maintain import compact
+
+    stats = compact(
+        args.path, min_file_rows=args.min_file_rows, target_file_size=args.target_file_size
+    )
+    if args.json:
+        print(json.dumps(stats))
+    elif stats["version"] is None:
+        print(f"{args.path}: nothing to compact")
+    else:
+        print(
+            f"{args.path}: {stats['files_removed']} files rewritten as {stats['files_added']}, "
+            f"{stats['rows_purged']:,} deleted rows purged, {stats['rows_kept']:,} rows kept "
+            f"(version {stats['version']})"
+        )
+    return EXIT_OK
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from .check import run_checks
 
@@ -344,6 +363,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
                 writer=writer,
                 spark=spark,
                 on_batch=lambda sink, b, s: _progress(b, started),
+                deletion_vectors=args.deletion_vectors,
                 **options,
             )
         finally:
@@ -586,6 +606,13 @@ def build_parser() -> argparse.ArgumentParser:
         "DIR/warehouse, which pyiceberg's SqlCatalog opens too",
     )
     p.add_argument(
+        "--deletion-vectors",
+        action="store_true",
+        help="with --delta and the delta-rs writer: create the tables with deletion vectors "
+        "on, so that each MERGE marks changed rows instead of rewriting their files (readers "
+        "must apply deletion vectors: Spark, DuckDB, delta-rs's DataFusion reader)",
+    )
+    p.add_argument(
         "--writer",
         choices=("delta-rs", "spark"),
         help="who writes the --delta tables: delta-rs (default, no JVM) or spark (a local "
@@ -689,6 +716,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--table", action="append", required=True, help="schema.table to read again (repeatable)"
     )
     p.set_defaults(func=cmd_resnapshot)
+
+    p = command(
+        "compact",
+        help="compact a Delta table kept by deletion vectors (safe while a stream runs)",
+        description="Rewrites the files of the Delta table at PATH that hold deleted rows "
+        "(deletion vectors) or are small into larger files without the deleted rows, in one "
+        "commit that changes no data. A running stream keeps its position; if its MERGE "
+        "touched the same files meanwhile, one of the two commits fails its conflict check "
+        "and runs again (run compact again if it is this one).",
+    )
+    p.add_argument("path", help="the Delta table (a directory, e.g. DIR/public.orders)")
+    p.add_argument(
+        "--min-file-rows",
+        type=_positive(int),
+        default=100_000,
+        help="rewrite files with fewer rows than this (default 100000)",
+    )
+    p.add_argument(
+        "--target-file-size",
+        type=_positive(int),
+        default=128 * 1024 * 1024,
+        help="bytes per rewritten file (default 134217728)",
+    )
+    json_flag(p, "what was done")
+    p.set_defaults(func=cmd_compact)
 
     p = command(
         "check",

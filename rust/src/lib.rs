@@ -18,10 +18,12 @@
 //! * [`live`]: the streaming session and the parallel initial snapshot of `stream()`;
 //! * [`merge`]: change tables reduced to one final change per key (the source of a Delta
 //!   Lake MERGE), and applied whole to a keyless table;
+//! * [`delta`]: Delta Lake MERGEs by deletion vectors (the I/O behind feature `delta`);
 //! * `python` (feature `python`): the PyO3 binding, `pgwire_cdc._native`.
 
 pub mod arrow;
 pub mod decoder;
+pub mod delta;
 pub mod error;
 pub mod event;
 pub mod event_log;

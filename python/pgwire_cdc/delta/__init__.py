@@ -7,8 +7,17 @@ column of its own.
 
 Two writers, one semantics:
 
-* ``"delta-rs"`` (default): the ``deltalake`` package, no JVM. Its MERGE rewrites every
-  data file holding a changed row (copy-on-write).
+* ``"delta-rs"`` (default): no JVM. Its MERGE into a table with deletion vectors (tables
+  it creates with ``run(..., deletion_vectors=True)``, the Spark writer's, or any after
+  :func:`enable_deletion_vectors`) marks the changed rows in deletion vectors and appends
+  their new images, rewriting no data file (``_native.DeltaDvTable``, Rust: it reads only the
+  key columns of the files whose statistics can hold a changed key; the commit goes
+  through the deltalake crate's transaction machinery). A table without the feature,
+  partitioned, with column mapping or on an object store, and a batch with a truncate,
+  take the ``deltalake`` package's MERGE, which rewrites every data file holding a changed
+  row (copy-on-write). :func:`compact` purges deletion vectors and small files (safe while
+  the stream runs). Tables stay copy-on-write by default because some readers cannot
+  apply deletion vectors (``DeltaTable.to_pyarrow_table`` refuses them).
 * ``"spark"``: ``MERGE INTO`` run by Spark with Delta Lake's own jars
   (:func:`pgwire_cdc.spark.session` with ``delta=True``). Tables it creates have deletion
   vectors on, so a MERGE marks changed rows instead of rewriting their files.
@@ -84,6 +93,7 @@ from ..lakehouse.sql import merge_clauses
 from ..lakehouse.stats import ApplyStats
 from ..tables import key_columns
 from .api import apply, merge_changes, run
+from .maintain import compact, enable_deletion_vectors
 from .sink import DeltaSink, fill_moved
 from .stores import s3a_conf, spark_path
 from .table import Position, position, read_table, table_path
@@ -101,8 +111,10 @@ __all__ = [
     "SparkWriter",
     "Writer",
     "apply",
+    "compact",
     "data_columns",
     "delta_shape",
+    "enable_deletion_vectors",
     "fill_moved",
     "key_columns",
     "merge_changes",

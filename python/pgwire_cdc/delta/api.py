@@ -34,10 +34,11 @@ def apply(
     catalog: str | None = None,
     schema: str | None = None,
     table_name: Callable[[str], str] | None = None,
+    deletion_vectors: bool = False,
 ) -> ApplyStats:
     """Commits one ``stream()`` batch to the Delta tables under ``path`` (or, with
-    ``schema``, in a Spark catalog: see :func:`run`); the caller acks the batch after this
-    returns."""
+    ``schema``, in a Spark catalog: see :func:`run`, also for ``deletion_vectors``); the
+    caller acks the batch after this returns."""
     _need_target(path, schema)
     sink = DeltaSink(
         path,
@@ -47,6 +48,7 @@ def apply(
         catalog=catalog,
         schema=schema,
         table_name=table_name,
+        deletion_vectors=deletion_vectors,
     )
     return sink.apply(batch)
 
@@ -116,6 +118,7 @@ def run(
     on_batch: Callable[[DeltaSink, Batch, ApplyStats], None] | None = None,
     on_step: Callable[[str], None] | None = None,
     storage_options: Mapping[str, str] | None = None,
+    deletion_vectors: bool = False,
     **stream_options: Any,
 ) -> ApplyStats:
     """Keeps one Delta table per published table under ``path`` until the stream ends
@@ -132,7 +135,11 @@ def run(
     each source table ``s.t`` becomes ``catalog.schema.s_t`` in lower case, every
     character other than ``a-z``, ``0-9`` and ``_`` written ``_``, or
     ``table_name("s.t")`` when given. The catalog places the tables (managed tables);
-    with ``path`` too, they are external tables at :func:`table_path` under it."""
+    with ``path`` too, they are external tables at :func:`table_path` under it.
+
+    ``deletion_vectors=True``: tables the delta-rs writer creates have deletion vectors on,
+    so its MERGEs retire changed rows in deletion vectors instead of rewriting files (see
+    *Deletion vectors without a JVM* in docs/delta.md: readers must apply them)."""
     _need_target(path, schema)
     sink = DeltaSink(
         path,
@@ -143,6 +150,7 @@ def run(
         catalog=catalog,
         schema=schema,
         table_name=table_name,
+        deletion_vectors=deletion_vectors,
     )
     options = StreamOptions(
         publication=publication,

@@ -74,10 +74,11 @@ class DeltaSink:
         catalog: str | None = None,
         schema: str | None = None,
         table_name: Callable[[str], str] | None = None,
+        deletion_vectors: bool = False,
     ) -> None:
         self.path = base_path(path) if path is not None else None
         self.storage_options = dict(storage_options) if storage_options is not None else None
-        self.writer = writer_for(writer, spark, self.storage_options)
+        self.writer = writer_for(writer, spark, self.storage_options, deletion_vectors)
         if schema is None:
             if catalog is not None or table_name is not None:
                 raise ConfigError("catalog= and table_name= name tables in schema=: give it")
@@ -433,10 +434,12 @@ class DeltaSink:
             stats.add({k: v for k, v in counts.items() if k in vars(stats)})
         else:
             stream, counts = _native.reduce_changes(changes, columns, keys)
-            source = fill_moved(
-                self._where(path) or path, table_of(stream), keys, self.storage_options
-            )
-            self.writer.merge(path, source, keys, counts["truncated"] > 0, commit)
+            reduced = table_of(stream)
+            in_place = getattr(self.writer, "merge_in_place", None)
+            # A truncate deletes the rows the batch does not name: a copy-on-write MERGE.
+            if in_place is None or counts["truncated"] or not in_place(path, reduced, keys, commit):
+                source = fill_moved(self._where(path) or path, reduced, keys, self.storage_options)
+                self.writer.merge(path, source, keys, counts["truncated"] > 0, commit)
             stats.add({k: v for k, v in counts.items() if k in vars(stats)})
         stats.commits += 1
         self._on_step("committed")

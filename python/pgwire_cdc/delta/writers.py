@@ -1,6 +1,12 @@
 """The two ways of writing Delta commits, behind one :class:`Writer` protocol.
 
-* :class:`DeltaRsWriter` (``"delta-rs"``): the ``deltalake`` package, no JVM; its MERGE
+* :class:`DeltaRsWriter` (``"delta-rs"``): no JVM. A MERGE into a table with deletion
+  vectors (created so with ``deletion_vectors=True``, by the Spark writer, or turned on by
+  :func:`~pgwire_cdc.delta.enable_deletion_vectors`) retires the changed rows by deletion
+  vectors and appends their new images (``_native.DeltaDvTable``: only the key columns of the
+  files that can hold a changed key are read, no data file is rewritten). Other tables
+  (without the ``deletionVectors`` feature, partitioned, with column mapping, or on an
+  object store) and batches with a truncate take the ``deltalake`` package's MERGE, which
   rewrites every data file holding a changed row (copy-on-write).
 * :class:`SparkWriter` (``"spark"``): ``MERGE INTO`` run by Spark with Delta Lake's own
   jars; tables it creates have deletion vectors on.
@@ -11,11 +17,13 @@ commit (:class:`~pgwire_cdc.lakehouse.positions.Commit`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
+from .. import _native
 from ..errors import ConfigError, DeltaError
 from ..lakehouse.positions import Commit
 from ..lakehouse.sql import merge_clauses, quote_name, source_columns, split_name, unchanged_names
@@ -28,6 +36,11 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 WRITERS = ("delta-rs", "spark")
+
+#: The table property that gives a new table the ``deletionVectors`` feature.
+DELETION_VECTORS = {"delta.enableDeletionVectors": "true"}
+
+log = logging.getLogger(__name__)
 
 
 class Writer(Protocol):
@@ -63,7 +76,9 @@ class DeltaRsWriter:
 
     name = "delta-rs"
 
-    def __init__(self, storage_options: StorageOptions = None) -> None:
+    def __init__(
+        self, storage_options: StorageOptions = None, *, deletion_vectors: bool = False
+    ) -> None:
         try:
             import deltalake  # noqa: F401
         except ImportError as e:
@@ -71,6 +86,11 @@ class DeltaRsWriter:
                 "the delta-rs writer needs the deltalake package: pip install 'deltalake>=1.6'"
             ) from e
         self.storage_options = dict(storage_options) if storage_options is not None else None
+        #: Whether tables this writer creates have deletion vectors on.
+        self.deletion_vectors = deletion_vectors
+        # Per table path: the table kept open for MERGEs by deletion vectors, or None
+        # when the table cannot take them (the copy-on-write MERGE serves it).
+        self._in_place: dict[str, _native.DeltaDvTable | None] = {}
 
     @staticmethod
     def _properties(commit: Commit | None) -> Any:
@@ -87,15 +107,44 @@ class DeltaRsWriter:
     def create(self, path: str, schema: pa.Schema) -> None:
         from deltalake import write_deltalake
 
+        self._in_place.pop(path, None)
         write_deltalake(
-            path, schema.empty_table(), mode="append", storage_options=self.storage_options
+            path,
+            schema.empty_table(),
+            mode="append",
+            configuration=DELETION_VECTORS if self.deletion_vectors else None,
+            storage_options=self.storage_options,
         )
+
+    def merge_in_place(
+        self, path: str, source: pa.Table, keys: list[str], commit: Commit
+    ) -> dict[str, Any] | None:
+        """One MERGE of a reduced change table (with ``_from``) by deletion vectors;
+        None, having done nothing, when the table at ``path`` cannot take them."""
+        if path not in self._in_place:
+            self._in_place[path] = None
+            if "://" not in path or path.startswith("file://"):
+                opened = _native.DeltaDvTable(path, self.storage_options)
+                reason = opened.unsupported()
+                if reason is None:
+                    self._in_place[path] = opened
+                else:
+                    log.debug("%s: copy-on-write MERGE (%s)", path, reason)
+        table = self._in_place[path]
+        if table is None:
+            return None
+        stats: dict[str, Any] = table.merge(
+            source, keys, commit.app_id, commit.version, commit.metadata()
+        )
+        log.debug("%s: MERGE by deletion vectors: %s", path, stats)
+        return stats
 
     def add_columns(self, path: str, fields: list[pa.Field]) -> None:
         from deltalake import DeltaTable, Schema
 
         delta_fields = Schema.from_arrow(pa.schema(fields)).fields
         DeltaTable(path, storage_options=self.storage_options).alter.add_columns(delta_fields)
+        self._in_place.pop(path, None)
 
     def merge(
         self, path: str, source: pa.Table, keys: list[str], truncate: bool, commit: Commit
@@ -126,12 +175,18 @@ class DeltaRsWriter:
         from deltalake import write_deltalake
 
         properties = self._properties(commit)
+        # An overwrite may change the schema: the table is opened again for the next MERGE.
+        self._in_place.pop(path, None)
+        # A table this write creates gets deletion vectors as create() gives them.
+        new = self.deletion_vectors and open_table(path, self.storage_options) is None
+        configuration = DELETION_VECTORS if new else None
         if mode == "overwrite":
             write_deltalake(
                 path,
                 table,
                 mode="overwrite",
                 schema_mode="overwrite",
+                configuration=configuration,
                 commit_properties=properties,
                 storage_options=self.storage_options,
             )
@@ -140,6 +195,7 @@ class DeltaRsWriter:
                 path,
                 table,
                 mode="append",
+                configuration=configuration,
                 commit_properties=properties,
                 storage_options=self.storage_options,
             )
@@ -301,12 +357,15 @@ def writer_for(
     writer: str | Writer,
     spark: SparkSession | None = None,
     storage_options: StorageOptions = None,
+    deletion_vectors: bool = False,
 ) -> Writer:
-    """The writer named ``writer`` (one of :data:`WRITERS`), or ``writer`` itself."""
+    """The writer named ``writer`` (one of :data:`WRITERS`), or ``writer`` itself.
+    ``deletion_vectors``: the delta-rs writer creates tables with deletion vectors on (the
+    Spark writer always does)."""
     if not isinstance(writer, str):
         return writer
     if writer == "delta-rs":
-        return DeltaRsWriter(storage_options)
+        return DeltaRsWriter(storage_options, deletion_vectors=deletion_vectors)
     if writer == "spark":
         return SparkWriter(spark, storage_options)
     raise ConfigError(f"unknown Delta writer {writer!r}: use one of {', '.join(WRITERS)}")

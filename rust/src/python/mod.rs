@@ -7,6 +7,7 @@
 
 mod arrow;
 mod decoder;
+mod delta;
 mod errors;
 mod event;
 mod live;
@@ -36,6 +37,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<live::PyReplicationConnection>()?;
     m.add_class::<live::PySnapshotReader>()?;
     m.add_class::<live::PyLiveStream>()?;
+    m.add_class::<delta::PyDeltaDvTable>()?;
     m.add_function(wrap_pyfunction!(binary_decodable, m)?)?;
     m.add_function(wrap_pyfunction!(merge::apply_changes, m)?)?;
     m.add_function(wrap_pyfunction!(merge::reduce_changes, m)?)?;

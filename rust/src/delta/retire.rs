@@ -1,0 +1,224 @@
+//! Which rows of a data file a MERGE retires: the live rows whose key the batch names.
+//!
+//! A MERGE source holds one final change per key (`crate::merge::reduce_changes`). Every
+//! key it names, deleted or upserted, retires the table row holding that key: a delete
+//! ends it, an upsert replaces it with a new row written to a new file. The retired rows
+//! are found by reading only the key columns of the data files whose statistics can hold
+//! a named key, and are recorded by row position (the row's index in its file) in the
+//! file's deletion vector.
+
+use std::collections::HashMap;
+
+use ahash::RandomState;
+use arrow_array::{Array, ArrayRef, Int16Array, Int32Array, Int64Array, Int8Array};
+use arrow_row::{RowConverter, Rows, SortField};
+use arrow_schema::{ArrowError, DataType};
+use roaring::RoaringTreemap;
+
+/// The keys a MERGE source names, indexed for lookups of table rows' keys.
+pub struct SourceKeys {
+    converter: RowConverter,
+    rows: Rows,
+    /// Row-format key -> the source row naming it.
+    index: HashMap<Box<[u8]>, u32, RandomState>,
+    /// The keys in order when the key is one integer column (for file pruning).
+    sorted_ints: Option<Vec<i64>>,
+}
+
+/// One retired table row: where it is and which source row named its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retired {
+    /// The row's index in its data file.
+    pub position: u64,
+    /// The source row whose key matched.
+    pub source_row: u32,
+}
+
+impl SourceKeys {
+    /// Indexes the key columns of a MERGE source (one array per key column, one row per
+    /// source row). Keys are unique in a MERGE source; a repeated key keeps its first row.
+    pub fn new(keys: &[ArrayRef]) -> Result<Self, ArrowError> {
+        let fields = keys
+            .iter()
+            .map(|k| SortField::new(k.data_type().clone()))
+            .collect();
+        let converter = RowConverter::new(fields)?;
+        let rows = converter.convert_columns(keys)?;
+        let mut index = HashMap::with_capacity_and_hasher(rows.num_rows(), RandomState::new());
+        for (i, row) in rows.iter().enumerate() {
+            index.entry(row.as_ref().into()).or_insert(i as u32);
+        }
+        let sorted_ints = match keys {
+            [only] => int_values(only).map(|mut v| {
+                v.sort_unstable();
+                v
+            }),
+            _ => None,
+        };
+        Ok(Self {
+            converter,
+            rows,
+            index,
+            sorted_ints,
+        })
+    }
+
+    /// The source row naming the key of `keys` (arrays of the source's key types) at
+    /// `row`.
+    pub fn lookup(&self, keys: &[ArrayRef], row: usize) -> Result<Option<u32>, ArrowError> {
+        let sliced: Vec<ArrayRef> = keys.iter().map(|k| k.slice(row, 1)).collect();
+        let rows = self.converter.convert_columns(&sliced)?;
+        Ok(self.index.get(rows.row(0).as_ref()).copied())
+    }
+
+    /// How many source rows there are.
+    pub fn len(&self) -> usize {
+        self.rows.num_rows()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.num_rows() == 0
+    }
+
+    /// Whether a file whose single integer key column lies within `[min, max]` (its
+    /// statistics) can hold a named key. Without such statistics, or for other keys, it
+    /// can.
+    pub fn may_hold(&self, min: Option<i64>, max: Option<i64>) -> bool {
+        match (&self.sorted_ints, min, max) {
+            (Some(keys), Some(min), Some(max)) => {
+                let from = keys.partition_point(|&k| k < min);
+                keys.get(from).is_some_and(|&k| k <= max)
+            }
+            _ => true,
+        }
+    }
+
+    /// The rows of one stretch of a data file that the source retires: `keys` are the
+    /// stretch's key columns, cast to the source's key types; its first row is the file's
+    /// row `first_position`; rows whose position `deleted` holds are gone already and
+    /// rows with a null key never match.
+    pub fn matches(
+        &self,
+        keys: &[ArrayRef],
+        first_position: u64,
+        deleted: &RoaringTreemap,
+    ) -> Result<Vec<Retired>, ArrowError> {
+        let rows = self.converter.convert_columns(keys)?;
+        let mut found = Vec::new();
+        for (i, row) in rows.iter().enumerate() {
+            if let Some(&source_row) = self.index.get(row.as_ref()) {
+                let position = first_position + i as u64;
+                if deleted.contains(position) || keys.iter().any(|k| k.is_null(i)) {
+                    continue;
+                }
+                found.push(Retired {
+                    position,
+                    source_row,
+                });
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// The values of an integer key column (none when it holds nulls or is not an integer).
+fn int_values(array: &ArrayRef) -> Option<Vec<i64>> {
+    if array.null_count() > 0 {
+        return None;
+    }
+    let any = array.as_any();
+    match array.data_type() {
+        DataType::Int8 => any
+            .downcast_ref::<Int8Array>()
+            .map(|a| a.values().iter().map(|&v| i64::from(v)).collect()),
+        DataType::Int16 => any
+            .downcast_ref::<Int16Array>()
+            .map(|a| a.values().iter().map(|&v| i64::from(v)).collect()),
+        DataType::Int32 => any
+            .downcast_ref::<Int32Array>()
+            .map(|a| a.values().iter().map(|&v| i64::from(v)).collect()),
+        DataType::Int64 => any
+            .downcast_ref::<Int64Array>()
+            .map(|a| a.values().to_vec()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "test data that is known good"
+)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::StringArray;
+
+    use super::*;
+
+    fn ints(v: &[i64]) -> ArrayRef {
+        Arc::new(Int64Array::from(v.to_vec()))
+    }
+
+    #[test]
+    fn a_file_row_is_retired_when_its_key_is_named_and_its_row_is_live() {
+        let source = SourceKeys::new(&[ints(&[7, 3, 11])]).unwrap();
+        let mut deleted = RoaringTreemap::new();
+        // Rows 100..105 of a file: keys 1, 3, 5, 7, 3. Position 104 (the second 3) is
+        // live, position 101 (the first 3) already deleted.
+        deleted.insert(101);
+        let found = source
+            .matches(&[ints(&[1, 3, 5, 7, 3])], 100, &deleted)
+            .unwrap();
+        assert_eq!(
+            found,
+            vec![
+                Retired {
+                    position: 103,
+                    source_row: 0
+                },
+                Retired {
+                    position: 104,
+                    source_row: 1
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn composite_keys_match_on_every_column() {
+        let source = SourceKeys::new(&[
+            ints(&[1, 1]),
+            Arc::new(StringArray::from(vec!["a", "b"])) as ArrayRef,
+        ])
+        .unwrap();
+        let file = [
+            ints(&[1, 2, 1]),
+            Arc::new(StringArray::from(vec![Some("b"), Some("a"), None])) as ArrayRef,
+        ];
+        let found = source.matches(&file, 0, &RoaringTreemap::new()).unwrap();
+        assert_eq!(
+            found,
+            vec![Retired {
+                position: 0,
+                source_row: 1
+            }]
+        );
+        assert_eq!(source.lookup(&file, 0).unwrap(), Some(1));
+        assert_eq!(source.lookup(&file, 1).unwrap(), None);
+    }
+
+    #[test]
+    fn integer_statistics_prune_files_that_cannot_hold_a_named_key() {
+        let source = SourceKeys::new(&[ints(&[50, 10, 900])]).unwrap();
+        assert!(source.may_hold(Some(0), Some(10)));
+        assert!(source.may_hold(Some(40), Some(60)));
+        assert!(!source.may_hold(Some(11), Some(49)));
+        assert!(!source.may_hold(Some(901), Some(2000)));
+        // No statistics: the file is read.
+        assert!(source.may_hold(None, Some(5)));
+        let strings = SourceKeys::new(&[Arc::new(StringArray::from(vec!["x"])) as ArrayRef]);
+        assert!(strings.unwrap().may_hold(Some(0), Some(1)));
+    }
+}
