@@ -1,8 +1,9 @@
 """Connection faults under `pgwire_cdc.stream()`, against real PostgreSQL 15 and 18: the
-walsender terminated ten times, a fast restart of the server, a network path that stalls
-(found by the stall time-out) or drops (a TCP proxy on loopback), and a server that stays
-down (the configured attempts, then a clear ConnectionError). After every fault the
-consumer's copy, built from acked batches, equals the source, with nothing twice.
+walsender terminated ten times, acks made after it was terminated, a fast restart of the
+server, a network path that stalls (found by the stall time-out) or drops (a TCP proxy on
+loopback), and a server that stays down (the configured attempts, then a clear
+ConnectionError). After every fault the consumer's copy, built from acked batches, equals
+the source, with nothing twice.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pgwire_cdc
+import psycopg
 import pytest
 from conftest import Database, fresh_database
 from fault_support import (
@@ -23,6 +25,7 @@ from fault_support import (
     mark,
     mirror_until,
 )
+from pgwire_cdc import lsn_to_int
 from pgwire_cdc.errors import ConnectionError
 from pgwire_cdc.streaming import Batch
 from stream_workload import SCHEMA, Mirror, Workload
@@ -106,6 +109,66 @@ def test_walsender_terminated_ten_times(
     stream.close()  # type: ignore[attr-defined]
     assert len(killed) == 10
     assert reconnects(caplog) == 10
+    assert_mirror_equals_source(db.conn, mirror)
+
+
+def confirmed_flush(conn: psycopg.Connection[Any], slot: str) -> int:
+    row = conn.execute(
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+    ).fetchone()
+    assert row is not None and row[0] is not None
+    return lsn_to_int(row[0])
+
+
+def test_ack_after_walsender_terminated_is_kept(
+    db: Database, workload: Workload, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Acks made once the walsender is gone (the status updates hit a closed connection)
+    do not raise: each is kept, the next poll finds the connection lost and reconnects, and
+    the new connection confirms the acked LSN on the slot before anything newer is acked."""
+    caplog.set_level(logging.INFO, logger="pgwire_cdc")
+    workload.run(20)
+    stream, mirror = start(db, idle_timeout=30)
+    # Batches with three distinct LSNs, handed out and not acked yet.
+    held: list[Batch] = []
+    for _ in range(3):
+        workload.run(4)
+        held.append(mirror_until(stream, mirror, mark(db.conn), ack=False)[-1])
+    assert held[0].lsn < held[1].lsn < held[2].lsn
+    acked_before = confirmed_flush(db.conn, "s1")
+    assert acked_before < held[0].lsn
+
+    row = db.conn.execute(
+        "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 's1'"
+    ).fetchone()
+    assert row is not None and row[0] is not None
+    walsender = row[0]
+    db.conn.execute("SELECT pg_terminate_backend(%s)", (walsender,))
+    deadline = time.monotonic() + 10
+    while db.conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (walsender,)).fetchone():
+        assert time.monotonic() < deadline, "the walsender did not exit"
+        time.sleep(0.02)
+    time.sleep(0.2)  # its socket is closed with the process
+    for batch in held:
+        # The first status update may still go into the half-closed socket (the server
+        # answers it with a reset); the next ones fail on the socket.
+        batch.ack()
+        time.sleep(0.1)
+    assert reconnects(caplog) == 0, "nothing has polled since the walsender died"
+
+    # The next poll reconnects; the new session reports the acks that could not be sent.
+    workload.run(4)
+    unacked = mirror_until(stream, mirror, mark(db.conn), ack=False)
+    assert reconnects(caplog) == 1
+    deadline = time.monotonic() + 5  # well inside the 10 s status interval
+    while confirmed_flush(db.conn, "s1") < held[-1].lsn:
+        assert time.monotonic() < deadline, "the acked LSN never reached the slot"
+        time.sleep(0.05)
+    assert confirmed_flush(db.conn, "s1") < unacked[-1].lsn
+    for batch in unacked:
+        batch.ack()
+    stream.close()  # type: ignore[attr-defined]
+    assert confirmed_flush(db.conn, "s1") >= unacked[-1].lsn
     assert_mirror_equals_source(db.conn, mirror)
 
 

@@ -114,7 +114,8 @@ class Batch:
 
     def ack(self) -> None:
         """The caller has made this batch (and every earlier one) durable: the slot may
-        advance to ``lsn``."""
+        advance to ``lsn``. A lost connection is no error here: the position is kept and
+        reaches the server once the stream has reconnected."""
         if self._ack is not None:
             self._ack()
 

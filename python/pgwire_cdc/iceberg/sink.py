@@ -27,7 +27,7 @@ from ..lakehouse.sql import (
 from ..lakehouse.stats import ApplyStats
 from ..spark.types import spark_schema
 from ..tables import METADATA_COLUMNS, key_columns, mark_unchanged, table_of
-from .table import SNAPSHOT_PROPERTY, Position, exists, position, table_ref
+from .table import SNAPSHOT_PROPERTY, Position, exists, position, refresh, table_ref
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -88,6 +88,9 @@ class IcebergSink:
         self.missing: list[str] = []
         # Per table reference: its position, read from its snapshots once, then kept.
         self._positions: dict[str, Position | None] = {}
+        # Table references known to exist (found or created): only refreshed, not looked
+        # up in the catalog's listings again.
+        self._existing: set[str] = set()
         # Per source table: the incremental-copy progress of a copy under way.
         self._progress: dict[str, Any] = {}
 
@@ -98,7 +101,20 @@ class IcebergSink:
     def _position(self, ref: str) -> Position | None:
         if ref not in self._positions:
             self._positions[ref] = position(self.spark, ref)
+            if self._positions[ref] is not None:
+                self._existing.add(ref)
         return self._positions[ref]
+
+    def _exists(self, ref: str) -> bool:
+        """:func:`~pgwire_cdc.iceberg.table.exists`, the table's state read afresh; a
+        table known to exist is only refreshed (listing a catalog's namespace can cost as
+        much as a remote call per table there)."""
+        found = refresh(self.spark, ref) if ref in self._existing else exists(self.spark, ref)
+        if found:
+            self._existing.add(ref)
+        else:
+            self._existing.discard(ref)
+        return found
 
     # -- the Sink protocol -------------------------------------------------------------
 
@@ -157,7 +173,7 @@ class IcebergSink:
             self._check_not_ahead(name, ref, consistent_point)
             with connect(dsn) as conn:
                 info = spark_snapshot.describe(conn, name, publication)
-            if not exists(self.spark, ref):
+            if not self._exists(ref):
                 self.create(ref, lake_shape(spark_snapshot.data_schema(info).empty_table()).schema)
             reader = (
                 self.spark.read.format("pgwire_cdc")
@@ -195,7 +211,7 @@ class IcebergSink:
         exist yet."""
         for name, schema in schemas.items():
             ref = self.table_ref(name)
-            if not exists(self.spark, ref):
+            if not self._exists(ref):
                 data = pa.schema([f for f in schema if f.name not in METADATA_COLUMNS])
                 self.create(ref, lake_shape(data.empty_table()).schema)
         self.missing = [name for name in self.missing if name not in schemas]
@@ -214,6 +230,7 @@ class IcebergSink:
             writer = writer.tableProperty(key, value)
         writer.create()
         self._positions[ref] = Position(None)
+        self._existing.add(ref)
 
     @contextmanager
     def _recording(self, ref: str, pos: Position | None) -> Iterator[None]:
@@ -282,7 +299,7 @@ class IcebergSink:
             if batch.snapshot:
                 if name not in self._snapshot_written:
                     self._empty_for_snapshot(name, ref)
-            elif not exists(self.spark, ref):
+            elif not self._exists(ref):
                 self.missing.append(name)
             else:
                 progress = batch.snapshot_progress[name]
@@ -311,7 +328,7 @@ class IcebergSink:
         ref = self.table_ref(name)
         rows = lake_shape(changes).select(data_columns(changes))
         stats.inserted += rows.num_rows
-        if not exists(self.spark, ref):
+        if not self._exists(ref):
             self.create(ref, rows.schema)
         if name in self._snapshot_written:
             self._append(ref, self._frame(rows), None)
@@ -329,7 +346,7 @@ class IcebergSink:
 
     def _empty_for_snapshot(self, name: str, ref: str) -> None:
         self._snapshot_written.add(name)
-        if not exists(self.spark, ref):
+        if not self._exists(ref):
             self.missing.append(name)
             return
         self._overwrite(ref, self.spark.table(ref).limit(0), None)
@@ -364,7 +381,7 @@ class IcebergSink:
             stats.skipped += changes.num_rows - kept.num_rows
             changes = kept
         if changes.num_rows == 0:
-            if progress is not NO_PROGRESS and not exists(self.spark, ref):
+            if progress is not NO_PROGRESS and not self._exists(ref):
                 self.missing.append(name)
             elif given is not NO_PROGRESS and given != known:
                 self._record_progress(name, ref, given, lsn, stats)
@@ -378,7 +395,7 @@ class IcebergSink:
         changes = lake_shape(changes)
         columns = data_columns(changes)
         keys = key_columns(changes)
-        if not exists(self.spark, ref):
+        if not self._exists(ref):
             self.create(ref, changes.select(columns).schema)
         changes = self._fit(name, ref, changes, keyed=keys is not None)
         columns = data_columns(changes)

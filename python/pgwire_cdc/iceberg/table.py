@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from ..lakehouse.positions import NO_PROGRESS, progress_of, txn_id
-from ..lakehouse.sql import default_table_name, quote_name
+from ..lakehouse.sql import default_table_name, quote_name, split_name
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -91,18 +91,31 @@ def table_ref(
     """The Spark SQL name of the Iceberg table holding the source table ``source``
     ("schema.table"): ``catalog.namespace.<table_name(source)>``, each part quoted
     (``public.Orders`` → ``lake.app.public_orders`` by default)."""
-    parts = [catalog, *namespace.split("."), table_name(source)]
-    return ".".join(quote_name(p) for p in parts)
+    return _sql_name([catalog, *namespace.split("."), table_name(source)])
 
 
 def exists(spark: SparkSession, ref: str) -> bool:
-    """Whether the table ``ref`` exists, its state read afresh: ``REFRESH TABLE`` fails on
-    a missing table, and otherwise drops what the session holds of the table, so the
-    reads that follow (position, schema, rows) see its current snapshot. Needed over
-    Spark Connect: in a ``foreachBatch`` function's session (a session attached to the
-    query's) table names resolved to the table as it stood when the session first read
-    it — a table created since was not found, a position read was the one before the
-    session's own last commit — until the table was refreshed."""
+    """Whether the table ``ref`` exists, its state read afresh (:func:`refresh`). The
+    catalog's listings are asked first (each namespace of ``ref`` among its parent's, the
+    table among its namespace's tables), so a table that is not there yet, as on a first
+    run, is not refreshed: a failed ``REFRESH TABLE`` has PySpark log the analysis error
+    with its Java stack trace at ERROR level, though it is expected here. Listings read
+    the catalog itself, never a session's cache of it. A two-part name (a namespace of
+    the current catalog, or a catalog's default namespace) is only refreshed."""
+    parts = split_name(ref)
+    if len(parts) > 2 and not _listed(spark, parts):
+        return False
+    return refresh(spark, ref)
+
+
+def refresh(spark: SparkSession, ref: str) -> bool:
+    """``REFRESH TABLE ref``: drops what the session holds of the table, so the reads
+    that follow (position, schema, rows) see its current snapshot; False when the table
+    is missing after all. Needed over Spark Connect: in a ``foreachBatch`` function's
+    session (a session attached to the query's) table names resolved to the table as it
+    stood when the session first read it — a table created since was not found, a
+    position read was the one before the session's own last commit — until the table was
+    refreshed. A table not known to exist is checked with :func:`exists`."""
     from pyspark.errors import AnalysisException
 
     try:
@@ -112,6 +125,26 @@ def exists(spark: SparkSession, ref: str) -> bool:
             return False
         raise
     return True
+
+
+def _listed(spark: SparkSession, parts: list[str]) -> bool:
+    """Whether ``parts`` (catalog, one or more namespace parts, table) name a table the
+    catalog lists: every namespace below the catalog among its parent's namespaces (``SHOW
+    TABLES`` in a missing namespace is an error), then the table among the namespace's
+    tables. Names compare without case (catalogs differ in how they keep it): this only
+    decides whether ``REFRESH TABLE`` is worth trying, which has the last word."""
+    *container, name = parts
+    for depth in range(1, len(container)):
+        children = spark.sql(f"SHOW NAMESPACES IN {_sql_name(container[:depth])}").collect()
+        wanted = container[depth].casefold()
+        if not any(split_name(row[0])[-1].casefold() == wanted for row in children):
+            return False
+    tables = spark.sql(f"SHOW TABLES IN {_sql_name(container)}").collect()
+    return any(row["tableName"].casefold() == name.casefold() for row in tables)
+
+
+def _sql_name(parts: list[str]) -> str:
+    return ".".join(quote_name(p) for p in parts)
 
 
 def position(spark: SparkSession, ref: str) -> Position | None:

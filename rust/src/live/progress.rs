@@ -27,10 +27,10 @@
 //!   confirmed point), but a prepared transaction held for its COMMIT PREPARED does: once
 //!   confirmed past its PREPARE, the server would not send its changes again.
 //!
-//! Status updates go out at least every status interval, at once after an ack, in answer
-//! to a keepalive that asks for a reply, and as a reply request (the walsender answers
-//! with a keepalive carrying its position) when the session needs to know how far the
-//! server has got: idle with nothing un-acked (every [`IDLE_POSITION_INTERVAL`]), waiting
+//! Status updates go out at least every status interval, at once after an ack and when a
+//! session starts (with what the run acked so far), in answer to a keepalive that asks for
+//! a reply, and as a reply request (the walsender answers with a keepalive carrying its
+//! position) when the session needs to know how far the server has got: idle with nothing un-acked (every [`IDLE_POSITION_INTERVAL`]), waiting
 //! for `until_lsn` on a quiet stream (every [`UNTIL_POSITION_INTERVAL`]), or checking
 //! that a silent server is still there (after half the stall time-out; after the whole
 //! time-out without an answer the connection counts as dead).

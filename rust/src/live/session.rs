@@ -66,7 +66,8 @@ pub struct StartOptions {
     /// server's `wal_sender_timeout` (60 s by default).
     pub status_interval: Duration,
     /// The flush position to report until the consumer acks more (what it acked in an
-    /// earlier session of this run, or the slot's confirmed position).
+    /// earlier session of this run, or the slot's confirmed position); sent in a status
+    /// update as soon as streaming starts.
     pub acked_lsn: u64,
     /// `(commit_lsn, tx_ordinal)` of the last row an earlier session of this run handed
     /// out from a transaction it had not finished: resuming at `start_lsn` the server sends
@@ -266,7 +267,7 @@ impl LiveSession {
         })
         .with_spill(options.spill.clone());
         decoder.extend_type_catalog(types);
-        Ok(Self {
+        let mut session = Self {
             stream: Some(stream),
             decoder,
             sink: ArrowSink::new(options.binary),
@@ -283,7 +284,14 @@ impl LiveSession {
             partial: None,
             note_prefix: options.note_prefix.clone(),
             notes: Vec::new(),
-        })
+        };
+        if options.acked_lsn > 0 {
+            // The acked position goes to the server at once, not at the first periodic
+            // status update: an ack that a lost connection could not carry reaches the
+            // slot now.
+            session.send_status(false)?;
+        }
+        Ok(session)
     }
 
     /// Connects (replication=database) and starts streaming.
@@ -315,6 +323,14 @@ impl LiveSession {
     /// What the decoder and the sink hold right now.
     fn outstanding(&self) -> Outstanding {
         outstanding(&self.sink, &self.decoder, &self.notes)
+    }
+
+    /// The stream failed (a read or a status update): the next `poll` reports it as a
+    /// lost connection.
+    fn connection_lost(&self) -> bool {
+        self.stream
+            .as_ref()
+            .is_some_and(ReplicationStream::is_failed)
     }
 
     fn send_status(&mut self, reply_requested: bool) -> Result<(), LiveError> {
@@ -360,11 +376,20 @@ impl LiveSession {
 
     /// The consumer made everything up to `lsn` durable (a batch LSN): the slot may
     /// advance there. Reported to the server at once.
+    ///
+    /// The position is recorded before anything is sent, and stays recorded: when the
+    /// connection turns out to be lost (the walsender was terminated, the server closed
+    /// the socket), the ack is not an error. The next `poll` fails with the lost
+    /// connection, the caller reconnects, and the new session reports the position as
+    /// soon as it starts ([`StartOptions::acked_lsn`]). Any other failure is returned.
     pub fn ack(&mut self, lsn: u64) -> Result<(), LiveError> {
-        if self.progress.ack(lsn) && self.stream.is_some() {
-            self.send_status(false)?;
+        if !self.progress.ack(lsn) || self.stream.is_none() {
+            return Ok(());
         }
-        Ok(())
+        match self.send_status(false) {
+            Err(LiveError::Pg(_)) if self.connection_lost() => Ok(()),
+            other => other,
+        }
     }
 
     fn cut(&mut self, stop: Stop) -> Result<Polled, LiveError> {

@@ -235,7 +235,7 @@ impl Connection {
         Ok(ReplicationStream {
             conn: self,
             server_done: false,
-            failed: false,
+            failed: None,
         })
     }
 
@@ -286,8 +286,9 @@ pub struct ReplicationStream {
     conn: Connection,
     /// The server sent CopyDone: it will send nothing more on this stream.
     server_done: bool,
-    /// An error ended the stream (ErrorResponse, I/O); only dropping it is left.
-    failed: bool,
+    /// An error ended the stream (ErrorResponse, I/O), described here; only dropping it
+    /// is left.
+    failed: Option<String>,
 }
 
 impl ReplicationStream {
@@ -300,10 +301,8 @@ impl ReplicationStream {
     /// An ErrorResponse (slot invalidated, walsender terminated) or a socket failure is an
     /// `Err`, and the stream is then finished.
     pub fn recv(&mut self, timeout: Duration) -> Result<Option<ReplicationMessage<'_>>, PgError> {
-        if self.failed {
-            return Err(PgError::protocol(
-                "the replication stream has already failed",
-            ));
+        if let Some(err) = self.already_failed() {
+            return Err(err);
         }
         if self.server_done {
             return Err(PgError::connect("the server ended the replication stream"));
@@ -370,9 +369,23 @@ impl ReplicationStream {
     }
 
     fn fail(&mut self, err: PgError) -> PgError {
-        self.failed = true;
+        self.failed = Some(err.to_string());
         self.conn.broken = Some("the replication stream failed");
         err
+    }
+
+    /// An error ended the stream earlier (a read, or a status update that could not be
+    /// sent): nothing more can be read or sent, and the next `recv` reports it.
+    pub fn is_failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    /// The error of any use of a stream that failed earlier: the connection is lost (a
+    /// connection error, so that the caller reconnects), for the reason it failed.
+    fn already_failed(&self) -> Option<PgError> {
+        self.failed
+            .as_ref()
+            .map(|why| PgError::connect(format!("the replication stream failed earlier: {why}")))
     }
 
     /// Standby status update ('r'): write/flush/apply LSNs, clock = now in PostgreSQL
@@ -384,10 +397,8 @@ impl ReplicationStream {
         apply: u64,
         reply_requested: bool,
     ) -> Result<(), PgError> {
-        if self.failed {
-            return Err(PgError::protocol(
-                "the replication stream has already failed",
-            ));
+        if let Some(err) = self.already_failed() {
+            return Err(err);
         }
         let mut payload = [0u8; 34];
         let clock = pg_now_micros();
@@ -405,21 +416,17 @@ impl ReplicationStream {
         let data = frontend::CopyData::new(&payload[..])
             .map_err(|e| PgError::protocol(format!("cannot encode a status update: {e}")))?;
         data.write(&mut self.conn.wire.out);
-        let result = self.conn.wire.flush();
-        if result.is_err() {
-            self.failed = true;
-        }
-        result
+        // A send that fails (the server closed the connection) ends the stream like a
+        // failed read: the next `recv` reports it.
+        self.conn.wire.flush().map_err(|e| self.fail(e))
     }
 
     /// CopyDone, then reads until the server's CopyDone / CommandComplete /
     /// ReadyForQuery, returning the connection for further commands. Messages still in
     /// flight are discarded.
     pub fn finish(mut self) -> Result<Connection, PgError> {
-        if self.failed {
-            return Err(PgError::protocol(
-                "the replication stream has already failed",
-            ));
+        if let Some(err) = self.already_failed() {
+            return Err(err);
         }
         frontend::copy_done(&mut self.conn.wire.out);
         self.conn.wire.flush()?;

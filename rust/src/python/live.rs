@@ -478,7 +478,8 @@ impl PyLiveStream {
         ))
     }
 
-    /// The consumer made everything up to `lsn` durable.
+    /// The consumer made everything up to `lsn` durable. A lost connection is not an
+    /// error here: the position is kept, and the next poll raises `ConnectionError`.
     fn ack(&self, py: Python<'_>, lsn: u64) -> PyResult<()> {
         let mut guard = locked(py, &self.session)?;
         let session: &mut LiveSession = &mut guard;
