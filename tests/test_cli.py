@@ -17,7 +17,17 @@ from conftest import Database
 from pgwire_cdc import cli, delta
 from test_stream import current_lsn
 
-COMMANDS = ["demo", "stream", "slots", "drop-slot", "check", "bench", "resnapshot", "jars"]
+COMMANDS = [
+    "demo",
+    "stream",
+    "slots",
+    "drop-slot",
+    "check",
+    "bench",
+    "resnapshot",
+    "compact",
+    "jars",
+]
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> Any:

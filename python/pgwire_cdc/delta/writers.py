@@ -91,6 +91,10 @@ class DeltaRsWriter:
         # Per table path: the table kept open for MERGEs by deletion vectors, or None
         # when the table cannot take them (the copy-on-write MERGE serves it).
         self._in_place: dict[str, _native.DeltaDvTable | None] = {}
+        #: What the last MERGE by deletion vectors did and where its time went (files and
+        #: rows read, rows retired and written, ``load_ms``/``scan_ms``/``write_ms``/
+        #: ``commit_ms``), None before the first.
+        self.last_merge: dict[str, Any] | None = None
 
     @staticmethod
     def _properties(commit: Commit | None) -> Any:
@@ -137,6 +141,7 @@ class DeltaRsWriter:
             source, keys, commit.app_id, commit.version, commit.metadata()
         )
         log.debug("%s: MERGE by deletion vectors: %s", path, stats)
+        self.last_merge = stats
         return stats
 
     def add_columns(self, path: str, fields: list[pa.Field]) -> None:

@@ -23,6 +23,9 @@ pub struct SourceKeys {
     index: HashMap<Box<[u8]>, u32, RandomState>,
     /// The keys in order when the key is one integer column (for file pruning).
     sorted_ints: Option<Vec<i64>>,
+    /// One 64-bit integer key column: key -> source row, probed without the row format
+    /// (the table side of a MERGE is millions of keys, the source side thousands).
+    int_index: Option<HashMap<i64, u32, RandomState>>,
 }
 
 /// One retired table row: where it is and which source row named its key.
@@ -48,18 +51,30 @@ impl SourceKeys {
         for (i, row) in rows.iter().enumerate() {
             index.entry(row.as_ref().into()).or_insert(i as u32);
         }
-        let sorted_ints = match keys {
-            [only] => int_values(only).map(|mut v| {
-                v.sort_unstable();
-                v
-            }),
+        let ints = match keys {
+            [only] => int_values(only),
             _ => None,
         };
+        let int_index = match (keys, &ints) {
+            ([only], Some(values)) if *only.data_type() == DataType::Int64 => {
+                let mut map = HashMap::with_capacity_and_hasher(values.len(), RandomState::new());
+                for (i, &v) in values.iter().enumerate() {
+                    map.entry(v).or_insert(i as u32);
+                }
+                Some(map)
+            }
+            _ => None,
+        };
+        let sorted_ints = ints.map(|mut v| {
+            v.sort_unstable();
+            v
+        });
         Ok(Self {
             converter,
             rows,
             index,
             sorted_ints,
+            int_index,
         })
     }
 
@@ -103,6 +118,11 @@ impl SourceKeys {
         first_position: u64,
         deleted: &RoaringTreemap,
     ) -> Result<Vec<Retired>, ArrowError> {
+        if let (Some(index), [only]) = (&self.int_index, keys) {
+            if let Some(values) = only.as_any().downcast_ref::<Int64Array>() {
+                return Ok(int_matches(index, values, first_position, deleted));
+            }
+        }
         let rows = self.converter.convert_columns(keys)?;
         let mut found = Vec::new();
         for (i, row) in rows.iter().enumerate() {
@@ -119,6 +139,28 @@ impl SourceKeys {
         }
         Ok(found)
     }
+}
+
+/// [`SourceKeys::matches`] for one 64-bit integer key column.
+fn int_matches(
+    index: &HashMap<i64, u32, RandomState>,
+    values: &Int64Array,
+    first_position: u64,
+    deleted: &RoaringTreemap,
+) -> Vec<Retired> {
+    let mut found = Vec::new();
+    for (i, &v) in values.values().iter().enumerate() {
+        if let Some(&source_row) = index.get(&v) {
+            let position = first_position + i as u64;
+            if values.is_valid(i) && !deleted.contains(position) {
+                found.push(Retired {
+                    position,
+                    source_row,
+                });
+            }
+        }
+    }
+    found
 }
 
 /// The values of an integer key column (none when it holds nulls or is not an integer).
