@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.deps-stamp
 
-.PHONY: help venv jars build wheel test lint rust-test pytest demo bench bench-capture bench-rust bench-py bench-live bench-spark fuzz captures clean
+.PHONY: help venv jars build wheel check-wheels test lint rust-test pytest demo bench bench-capture bench-rust bench-py bench-live bench-spark fuzz captures clean
 
 help:
 	@echo "make demo      mirror a live workload from a throwaway PostgreSQL into a local Spark warehouse"
@@ -53,8 +53,18 @@ jars: $(JARS_STAMP) $(ICEBERG_JARS_STAMP)
 # Release build: tests, the demo and the benches all run the optimised extension, with the
 # test-only classes of the Cargo feature `test-client` (tests/test_pg_client.py); the
 # features are named in full rather than relying on how maturin merges pyproject.toml's.
+# It is the x86_64 manylinux wheel's build (`make wheel`: same Cargo target, same zig
+# linker), so the wheel build after it reuses every dependency, and it is installed as
+# `maturin develop` installs (editable): the extension goes into python/pgwire_cdc/ and
+# the venv imports the package from python/.
+DEV_WHEELS := target/dev-wheels
 build: venv
-	$(VENV)/bin/maturin develop --release -q --features python,test-client
+	rm -rf $(DEV_WHEELS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/maturin build --release -q --zig \
+	  --compatibility manylinux2014 --target x86_64-unknown-linux-gnu \
+	  --features python,test-client -o $(DEV_WHEELS)
+	$(PIP) install -q --no-deps --force-reinstall $(DEV_WHEELS)/pgwire_cdc-*.whl
+	$(PY) tools/editable.py $(DEV_WHEELS)/pgwire_cdc-*.whl python
 
 # The abi3 wheels users install (release profile; the features of pyproject.toml, so no
 # `test-client`): manylinux2014 (glibc 2.17: RHEL/Rocky 8, Debian 11, Ubuntu 20.04, Amazon
@@ -88,8 +98,20 @@ lint: venv
 rust-test:
 	cargo test --all-targets --features fuzzing
 
-pytest: build wheel jars
-	$(VENV)/bin/pytest -q --durations=30
+# The wheels tests/test_wheel.py checks: this machine's (x86_64) as `make wheel` builds it,
+# installed and run; the aarch64 one with the quicker `portable` profile (Cargo.toml),
+# checked for its manylinux tags and symbol versions only.
+CHECK_WHEELS := target/check-wheels
+check-wheels: build
+	rm -rf $(CHECK_WHEELS)
+	rustup target add $(WHEEL_TARGETS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/maturin build --release -q --zig \
+	  --compatibility manylinux2014 --target x86_64-unknown-linux-gnu -o $(CHECK_WHEELS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/maturin build --profile portable -q --zig \
+	  --compatibility manylinux2014 --target aarch64-unknown-linux-gnu -o $(CHECK_WHEELS)
+
+pytest: build check-wheels jars
+	PGWIRE_CDC_WHEELS=$(CURDIR)/$(CHECK_WHEELS) $(VENV)/bin/pytest -q --durations=30
 
 test: lint rust-test pytest
 
@@ -134,6 +156,7 @@ bench-spark: build jars bench-capture
 	$(PIP) install -q -r benches/requirements.txt
 	$(PY) benches/spark.py
 	$(PY) benches/delta_lake.py
+	$(PY) benches/delta_dv_reads.py
 	$(PY) benches/iceberg_lake.py
 
 # Each proptest fuzz target of tests/fuzz/ runs this long (seconds), one at a time so

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-WHEELS = ROOT / "target" / "wheels"
+#: The wheels of ``make wheel``, or those ``make test`` builds to check
+#: (``$PGWIRE_CDC_WHEELS``: see the Makefile's ``check-wheels``).
+WHEELS = Path(os.environ.get("PGWIRE_CDC_WHEELS", ROOT / "target" / "wheels"))
 
 SCRIPT = """
 import json, sys
