@@ -159,7 +159,16 @@ def test_spark_writer_tables_equal_source(
     assert first.inserted == 0, "Spark tasks wrote the snapshot, not the driver"
     assert_tables_equal_source(db, tmp_path)
     workload.run(80)
-    later = run(db, tmp_path, writer="spark", spark=spark, max_batch_rows=500)
+    # The writer sets its MERGEs' settings around each MERGE and leaves the session's own.
+    materialize = "spark.databricks.delta.merge.materializeSource"
+    spark.conf.set(materialize, "all")
+    try:
+        later = run(db, tmp_path, writer="spark", spark=spark, max_batch_rows=500)
+        assert spark.conf.get(materialize) == "all"
+    finally:
+        spark.conf.unset(materialize)
+    for key in ("txnAppId", "txnVersion"):
+        assert spark.conf.get(f"spark.databricks.delta.write.{key}", None) is None
     assert later.updated > 0 and later.deleted > 0
     assert_tables_equal_source(db, tmp_path)
     # Tables Spark wrote have deletion vectors on, and Spark reads them equal too.

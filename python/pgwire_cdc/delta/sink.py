@@ -403,24 +403,36 @@ class DeltaSink:
             )
             stats.skipped += changes.num_rows - kept.num_rows
             changes = kept
+            table = opened
         if changes.num_rows == 0:
             if progress is not NO_PROGRESS and self._open(path) is None:
                 self.missing.append(name)
             elif given is not NO_PROGRESS and given != known:
                 self._record_progress(name, path, given, lsn, stats)
             return
-        for part, commit_info in cut(changes, lsn, progress):
-            self._commit(name, path, part, commit_info, stats)
+        for i, (part, commit_info) in enumerate(cut(changes, lsn, progress)):
+            # The table as just read serves the first commit (one log read per batch); a
+            # second one (a batch cut inside a transaction) reads what the first left.
+            self._commit(name, path, part, commit_info, stats, table if i == 0 else None)
             if commit_info.app_id == APP_ID:
                 self._positions[path] = commit_info.version
 
     def _commit(
-        self, name: str, path: str, changes: pa.Table, commit: Commit, stats: ApplyStats
+        self,
+        name: str,
+        path: str,
+        changes: pa.Table,
+        commit: Commit,
+        stats: ApplyStats,
+        table: Any = None,
     ) -> None:
+        """Commits ``changes`` to the table ``path``; ``table``: that table as just read
+        (None: read it here)."""
         changes = lake_shape(changes)
         columns = data_columns(changes)
         keys = key_columns(changes)
-        table = self._open(path)
+        if table is None:
+            table = self._open(path)
         if table is None:
             self.writer.create(path, changes.select(columns).schema)
             table = self._open(path)

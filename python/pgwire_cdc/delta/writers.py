@@ -206,6 +206,13 @@ class DeltaRsWriter:
             )
 
 
+#: Delta's MERGE first copies a source that is not a plain Delta table scan to disk
+#: ("materialize source": a Spark job, then a disk read for each of the MERGE's passes)
+#: in case it changes between the passes. The Spark writer's source is an Arrow table
+#: Spark holds as a local relation, which cannot change: its MERGEs run without the copy.
+MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
+
+
 class SparkWriter:
     """Commits through Spark's ``MERGE INTO`` and DataFrame writer (delta-spark). Paths
     reach Spark as :func:`~pgwire_cdc.delta.stores.spark_path` maps them (``s3://`` as
@@ -297,8 +304,16 @@ class SparkWriter:
             "spark.databricks.delta.commitInfo.userMetadata": commit.metadata(),
         }
 
-    def _with_confs(self, confs: dict[str, str | None], run: Callable[[], object]) -> None:
+    def _with_confs(
+        self,
+        confs: dict[str, str | None],
+        run: Callable[[], object],
+        restore: tuple[str, ...] = (),
+    ) -> None:
+        """Runs ``run`` with ``confs`` set on the session (None: unset), then unsets them,
+        except that the keys in ``restore`` get back the value they had."""
         conf = self.spark.conf
+        before = {key: conf.get(key, None) for key in restore}
         try:
             for key, value in confs.items():
                 if value is None:
@@ -308,7 +323,11 @@ class SparkWriter:
             run()
         finally:
             for key in confs:
-                conf.unset(key)
+                value = before.get(key)
+                if value is None:
+                    conf.unset(key)
+                else:
+                    conf.set(key, value)
 
     def merge(
         self, path: str, source: pa.Table, keys: list[str], truncate: bool, commit: Commit
@@ -330,8 +349,11 @@ class SparkWriter:
         )
         if truncate:
             sql += " WHEN NOT MATCHED BY SOURCE THEN DELETE"
+        confs = {**self._confs(commit), MATERIALIZE_SOURCE: "none"}
         try:
-            self._with_confs(self._confs(commit), lambda: self.spark.sql(sql).collect())
+            # A command runs within sql() itself, classic and Spark Connect alike; its
+            # result (four counts) is not needed.
+            self._with_confs(confs, lambda: self.spark.sql(sql), restore=(MATERIALIZE_SOURCE,))
         finally:
             self.spark.catalog.dropTempView(view)
 

@@ -23,6 +23,11 @@ DELTA_JARS_ENV = "PGWIRE_CDC_DELTA_JARS"
 #: of resolving ICEBERG_JARS from Maven Central at session start.
 ICEBERG_JARS_ENV = "PGWIRE_CDC_ICEBERG_JARS"
 
+#: The static setting that sizes Spark's cache of generated classes, and the size
+#: :func:`session` gives it (benches/results/spark_merge_cost.md).
+CODEGEN_CACHE = "spark.sql.codegen.cache.maxEntries"
+CODEGEN_CACHE_ENTRIES = "1000"
+
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 ICEBERG_EXTENSION = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 
@@ -72,11 +77,13 @@ def session(
     **conf: str,
 ) -> SparkSession:
     """A Spark session set up the way the hand-off expects: UTC session time zone and
-    Arrow transfers on. For a local master, or a standalone master on this machine
-    (:func:`on_this_machine`), Spark's Python workers run this interpreter
-    (``spark.pyspark.python``) unless ``$PYSPARK_PYTHON`` names one, so they import
-    pgwire_cdc without an activated virtual environment; executors elsewhere need the
-    package installed (docs/spark.md, "Running on a cluster").
+    Arrow transfers on, and room for 1,000 generated classes in Spark's code cache
+    (``spark.sql.codegen.cache.maxEntries``, 100 by default: too few for the Delta
+    writer's MERGEs, which then compile code again each time). For a local master, or a
+    standalone master on this machine (:func:`on_this_machine`), Spark's Python workers
+    run this interpreter (``spark.pyspark.python``) unless ``$PYSPARK_PYTHON`` names one,
+    so they import pgwire_cdc without an activated virtual environment; executors
+    elsewhere need the package installed (docs/spark.md, "Running on a cluster").
 
     The ``pgwire_cdc`` data source is registered on it (:func:`register`).
     ``delta=True`` configures Delta Lake: the jars of ``$PGWIRE_CDC_DELTA_JARS`` when set
@@ -105,6 +112,10 @@ def session(
         .master(master)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # Spark keeps the classes it generates for queries, 100 by default: fewer than one
+        # MERGE of the Delta writer uses (some 110 with Delta 4.4), and with 100 every
+        # MERGE compiles about 25 of them again, a fifth of its CPU time.
+        .config(CODEGEN_CACHE, CODEGEN_CACHE_ENTRIES)
     )
     if master.startswith("local") or on_this_machine(master):
         # PySpark reads the variable (RDD functions) and the JVM the setting (SQL UDFs,
@@ -229,7 +240,9 @@ def connect_session(
 ) -> SparkSession:
     """A Spark Connect session to ``remote`` (``sc://host:port``) set up as :func:`session`
     sets up a classic one, where a client can: UTC session time zone and Arrow transfers
-    (session settings); the server's jars, SQL extensions and Python are the server's own.
+    (session settings); the server's jars, SQL extensions, Python and static settings
+    (the code cache's size: start the server with ``spark.sql.codegen.cache.maxEntries``
+    of 1,000 for the Delta writer) are the server's own.
 
     Checked at once, so that a misconfigured server fails here rather than in the middle
     of a pipeline (:func:`check_server`): the server's Python workers import pgwire_cdc in
