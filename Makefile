@@ -156,7 +156,6 @@ bench-spark: build jars bench-capture
 	$(PIP) install -q -r benches/requirements.txt
 	$(PY) benches/spark.py
 	$(PY) benches/delta_lake.py
-	$(PY) benches/delta_dv_reads.py
 	$(PY) benches/iceberg_lake.py
 
 # Each proptest fuzz target of tests/fuzz/ runs this long (seconds), one at a time so
