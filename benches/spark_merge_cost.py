@@ -16,7 +16,8 @@ its own copy of the table; the workers take turns MERGE by MERGE, so that the lo
 jobs put on the machine spreads over all of them. ``before`` is the package as of
 ``--base`` (by default where this branch left ``main``), extracted with ``git archive``,
 with this checkout's native extension; ``after`` is this checkout. ``after:key=value,...``
-adds Spark settings to ``after``'s session (to tell one change from another).
+adds Spark settings to ``after``'s session (to tell one change from another). A worker
+of its own builds the table first and ends before the setups start.
 
 Per MERGE, each worker records:
 
@@ -116,6 +117,9 @@ class Worker:
         self.sql_store = self.spark._jsparkSession.sharedState().statusStore()
         self.job_store = self.spark.sparkContext._jsc.sc().statusStore()
         self.codegen = jvm.org.apache.spark.metrics.source.CodegenMetrics
+        self.collectors = list(
+            jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+        )
         self.jvm_pid = self.spark.sparkContext._gateway.proc.pid
         self.timers: dict[str, list[float]] = collections.defaultdict(list)
         self._install_timers()
@@ -152,6 +156,9 @@ class Worker:
                 self.timers[label].append(time.perf_counter() - start)
 
         return timed
+
+    def gc_ms(self) -> float:
+        return float(sum(c.getCollectionTime() for c in self.collectors))
 
     def jvm_cpu(self) -> float:
         fields = Path(f"/proc/{self.jvm_pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -193,6 +200,7 @@ class Worker:
         self.timers.clear()
         first_exec = self.sql_store.executionsCount()
         compiles = self.codegen.METRIC_COMPILATION_TIME().getCount()
+        gc = self.gc_ms()
         cpu, py_cpu = self.jvm_cpu(), time.process_time()
         start = time.perf_counter()
         stats = self.sink.apply(batch)
@@ -200,13 +208,18 @@ class Worker:
         cpu, py_cpu = self.jvm_cpu() - cpu, time.process_time() - py_cpu
         if stats.updated != updates:
             raise AssertionError(f"{stats.updated} rows updated, expected {updates}")
+        compilation = self.codegen.METRIC_COMPILATION_TIME()
+        compiled = compilation.getCount() - compiles
         out = {
             "i": i,
             "wall": wall,
             "jvm_cpu": cpu,
             "py_cpu": py_cpu,
             "load": os.getloadavg()[0],
-            "compiles": self.codegen.METRIC_COMPILATION_TIME().getCount() - compiles,
+            "compiles": compiled,
+            # Spark's histogram of compile times (a sample of the latest ones).
+            "compile_ms": compiled * float(compilation.getSnapshot().getMean()),
+            "gc_ms": self.gc_ms() - gc,
             "timers": {k: [sum(v), len(v)] for k, v in self.timers.items()},
             **self._executions(first_exec),
             **self._commit(),
@@ -434,22 +447,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"template: {args.tile:,} rows from PostgreSQL", flush=True)
         make_template(min(args.tile, args.rows), args.server, template)
         trees = {"before": str(extract(base, work / "before")), "after": str(ROOT / "python")}
+        # A worker of its own builds the table and ends, so that no setup's JVM carries
+        # the build (its heap, its caches) into the MERGEs.
+        master = work / "master"
+        print(f"building {args.rows:,} rows with the Spark writer", flush=True)
+        builder = Setup("build", trees["after"], {}, args.spark_memory)
+        try:
+            built = builder.call(
+                "build",
+                template_path=str(template),
+                rows=args.rows,
+                tile=args.tile,
+                path=str(master / "public.bench"),
+            )
+        finally:
+            builder.close()
+        report["table"] = built
+        print(f"built: {built}", flush=True)
         for text in [s for s in args.setups.split(",") if s]:
             tree, conf = parse_setup(text)
             print(f"starting {text}", flush=True)
             setups[text] = Setup(text, trees[tree], conf, args.spark_memory)
-        builder = setups[next(iter(setups))]
-        master = work / "master"
-        print(f"building {args.rows:,} rows with the Spark writer ({builder.name})", flush=True)
-        built = builder.call(
-            "build",
-            template_path=str(template),
-            rows=args.rows,
-            tile=args.tile,
-            path=str(master / "public.bench"),
-        )
-        report["table"] = built
-        print(f"built: {built}", flush=True)
         for setup in setups.values():
             copy = work / f"run-{len(os.listdir(work))}"
             shutil.copytree(master, copy)
@@ -545,9 +563,10 @@ def render(report: dict[str, Any]) -> list[str]:
         "",
         "## Per MERGE",
         "",
-        "| setup | wall s (median) | all counted (s) | JVM CPU s | Python CPU s | Spark jobs"
-        " | SQL executions | code compilations | with a checkpoint: wall s, jobs |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---|",
+        "| setup | wall s (median) | all counted (s) | JVM CPU s | Python CPU s | JVM GC ms"
+        " | Spark jobs | SQL executions | code compilations (ms) | with a checkpoint: wall s,"
+        " jobs |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name in names:
         rs = counted(runs[name], warmup)
@@ -557,8 +576,10 @@ def render(report: dict[str, Any]) -> list[str]:
             f"| {name} | {med([r['wall'] for r in rs]):.2f} | "
             + ", ".join(f"{r['wall']:.1f}" for r in rs)
             + f" | {med([r['jvm_cpu'] for r in rs]):.2f} | {med([r['py_cpu'] for r in rs]):.3f}"
+            f" | {med([r.get('gc_ms', 0) for r in rs]):.0f}"
             f" | {med([r['jobs'] for r in rs]):.0f} | {med(n_exec):.0f}"
-            f" | {med([r['compiles'] for r in rs]):.0f} | "
+            f" | {med([r['compiles'] for r in rs]):.0f}"
+            f" ({med([r.get('compile_ms', 0) for r in rs]):.0f}) | "
             + (", ".join(f"{r['wall']:.1f} s, {r['jobs']}" for r in cps) or "-")
             + " |"
         )
@@ -684,6 +705,17 @@ def reading(runs: dict[str, list[dict[str, Any]]], warmup: int) -> list[str]:
             f"code cache): wall {wall_b:.2f} → {wall_d:.2f} s, JVM CPU {cpu_b:.2f} → "
             f"{cpu_d:.2f} s; the code cache: the rest."
         )
+    twin = runs.get(f"after:{CODEGEN_CACHE}=1000")
+    if twin:
+        rs = counted(twin, warmup)
+        split += (
+            f" `after:{CODEGEN_CACHE}=1000` is `after` again (the size `session()` gives): "
+            f"its {m(rs, lambda r: r['wall']):.2f} s wall and "
+            f"{m(rs, lambda r: r['jvm_cpu']):.2f} s JVM CPU against `after`'s are the noise "
+            "between two JVMs running the same code on this machine; differences of that "
+            "size say nothing. Counts (jobs, executions, compilations) do not move with the "
+            "noise."
+        )
     return [
         "",
         "## Reading the figures",
@@ -694,7 +726,11 @@ def reading(runs: dict[str, list[dict[str, Any]]], warmup: int) -> list[str]:
         "",
         "- **Generated code compiled again**: "
         f"{m(before, lambda r: r['compiles']):.0f} → {m(after, lambda r: r['compiles']):.0f} "
-        "compilations per MERGE. Spark caches 100 generated classes by default "
+        "compilations per MERGE, "
+        f"{m(before, lambda r: r.get('compile_ms', 0)):.0f} → "
+        f"{m(after, lambda r: r.get('compile_ms', 0)):.0f} ms of compiling by Spark's own "
+        "count (CPU time, spread over the driver and the tasks). Spark caches 100 "
+        "generated classes by default "
         "(`spark.sql.codegen.cache.maxEntries`, a static setting); one MERGE cycle of Delta 4.4 "
         "uses about 110, so the cache thrashed and every MERGE compiled the same classes "
         "again. `pgwire_cdc.spark.session()` now asks for 1,000; a session built elsewhere "
@@ -763,16 +799,20 @@ def reading(runs: dict[str, list[dict[str, Any]]], warmup: int) -> list[str]:
 
 
 def lag_section(lag: dict[str, Any]) -> list[str]:
+    """The live lag runs stored under ``lag`` in the JSON (made by ``delta_lake.py``, see
+    the text)."""
     lines = [
         "",
         "## Live lag, 5,000 random-key changes/s",
         "",
-        "`benches/delta_lake.py --parts lag --lag-sinks spark --lag-mixes mixed` (its part "
-        "(c): 60/20/20 updates/inserts/deletes of random keys on a 1,000,000-row table, "
-        "`max_batch_ms=500`), once with the `before` package and once with `after`, one "
-        "after the other: " + lag.get("note", ""),
+        "Not run by this script: `benches/delta_lake.py --parts scale,lag --writers spark "
+        "--sizes 1000000 --repeat 2 --no-plain-variant --lag-sinks spark --lag-mixes mixed` "
+        "(its part (c): 60/20/20 updates/inserts/deletes of random keys on a "
+        "1,000,000-row table, `max_batch_ms=500`; the `scale` part before it warms the "
+        "session up), with `PYTHONPATH` naming the `before` package or this one, in the "
+        "order listed. " + lag.get("note", ""),
         "",
-        "| code | batches (median rows) | p50 ms | p99 ms | max ms | load at start |",
+        "| run | batches (median rows) | p50 ms | p99 ms | max ms | load at start |",
         "|---|---|---:|---:|---:|---:|",
     ]
     for name, run in lag["runs"].items():

@@ -151,6 +151,49 @@ def test_the_spark_writer_needs_a_session(db: Database, workload: Workload, tmp_
         run(db, tmp_path, writer="parquet")
 
 
+class RefusingConf:
+    """A session's settings that refuse one key, as Databricks serverless refuses the
+    settings not on its list."""
+
+    def __init__(self, refused: str) -> None:
+        self.refused = refused
+        self.values: dict[str, str] = {}
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        if key == self.refused:
+            raise RuntimeError(f"[CONFIG_NOT_AVAILABLE] {key}")
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: str) -> None:
+        if key == self.refused:
+            raise RuntimeError(f"[CONFIG_NOT_AVAILABLE] {key}")
+        self.values[key] = value
+
+    def unset(self, key: str) -> None:
+        self.values.pop(key, None)
+
+
+def test_the_spark_writer_merges_where_a_setting_that_saves_work_is_refused() -> None:
+    from pgwire_cdc.delta.writers import MATERIALIZE_SOURCE, SparkWriter
+    from pgwire_cdc.lakehouse.positions import Commit
+
+    conf = RefusingConf(MATERIALIZE_SOURCE)
+    writer = SparkWriter(type("Session", (), {"conf": conf})())
+    seen: list[dict[str, str]] = []
+    writer._with_confs(
+        writer._confs(Commit("pgwire_cdc", 42)),
+        lambda: seen.append(dict(conf.values)),
+        optional={MATERIALIZE_SOURCE: "none"},
+    )
+    assert seen == [
+        {
+            "spark.databricks.delta.write.txnAppId": "pgwire_cdc",
+            "spark.databricks.delta.write.txnVersion": "42",
+        }
+    ]
+    assert conf.values == {}
+
+
 def test_spark_writer_tables_equal_source(
     db: Database, workload: Workload, tmp_path: Path, spark: Any
 ) -> None:

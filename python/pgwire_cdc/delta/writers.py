@@ -35,6 +35,8 @@ from .table import StorageOptions, open_table
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+log = logging.getLogger("pgwire_cdc")
+
 WRITERS = ("delta-rs", "spark")
 
 #: The table property that gives a new table the ``deletionVectors`` feature.
@@ -308,12 +310,22 @@ class SparkWriter:
         self,
         confs: dict[str, str | None],
         run: Callable[[], object],
-        restore: tuple[str, ...] = (),
+        optional: Mapping[str, str] | None = None,
     ) -> None:
-        """Runs ``run`` with ``confs`` set on the session (None: unset), then unsets them,
-        except that the keys in ``restore`` get back the value they had."""
+        """Runs ``run`` with ``confs`` set on the session (None: unset), then unsets them.
+        ``optional``: settings that only save work, set too where the session takes them
+        (a server may refuse some: Databricks serverless takes a listed few), then put
+        back to the value they had."""
         conf = self.spark.conf
-        before = {key: conf.get(key, None) for key in restore}
+        restore: dict[str, str | None] = {}
+        for key, setting in (optional or {}).items():
+            try:
+                before = conf.get(key, None)
+                conf.set(key, setting)
+            except Exception as e:
+                log.debug("Spark setting %s left as it is: %s", key, e)
+                continue
+            restore[key] = before
         try:
             for key, value in confs.items():
                 if value is None:
@@ -323,11 +335,12 @@ class SparkWriter:
             run()
         finally:
             for key in confs:
-                value = before.get(key)
-                if value is None:
+                conf.unset(key)
+            for key, previous in restore.items():
+                if previous is None:
                     conf.unset(key)
                 else:
-                    conf.set(key, value)
+                    conf.set(key, previous)
 
     def merge(
         self, path: str, source: pa.Table, keys: list[str], truncate: bool, commit: Commit
@@ -349,11 +362,14 @@ class SparkWriter:
         )
         if truncate:
             sql += " WHEN NOT MATCHED BY SOURCE THEN DELETE"
-        confs = {**self._confs(commit), MATERIALIZE_SOURCE: "none"}
         try:
             # A command runs within sql() itself, classic and Spark Connect alike; its
             # result (four counts) is not needed.
-            self._with_confs(confs, lambda: self.spark.sql(sql), restore=(MATERIALIZE_SOURCE,))
+            self._with_confs(
+                self._confs(commit),
+                lambda: self.spark.sql(sql),
+                optional={MATERIALIZE_SOURCE: "none"},
+            )
         finally:
             self.spark.catalog.dropTempView(view)
 

@@ -114,7 +114,7 @@ def session(
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         # Spark keeps the classes it generates for queries, 100 by default: fewer than one
         # MERGE of the Delta writer uses (some 110 with Delta 4.4), and with 100 every
-        # MERGE compiles about 25 of them again, a fifth of its CPU time.
+        # MERGE compiles about 25 of them again (a quarter second of CPU on 2 cores).
         .config(CODEGEN_CACHE, CODEGEN_CACHE_ENTRIES)
     )
     if master.startswith("local") or on_this_machine(master):
