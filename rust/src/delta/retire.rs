@@ -11,14 +11,13 @@ use std::collections::HashMap;
 
 use ahash::RandomState;
 use arrow_array::{Array, ArrayRef, Int16Array, Int32Array, Int64Array, Int8Array};
-use arrow_row::{RowConverter, Rows, SortField};
+use arrow_row::{RowConverter, SortField};
 use arrow_schema::{ArrowError, DataType};
 use roaring::RoaringTreemap;
 
 /// The keys a MERGE source names, indexed for lookups of table rows' keys.
 pub struct SourceKeys {
     converter: RowConverter,
-    rows: Rows,
     /// Row-format key -> the source row naming it.
     index: HashMap<Box<[u8]>, u32, RandomState>,
     /// The keys in order when the key is one integer column (for file pruning).
@@ -71,7 +70,6 @@ impl SourceKeys {
         });
         Ok(Self {
             converter,
-            rows,
             index,
             sorted_ints,
             int_index,
@@ -84,15 +82,6 @@ impl SourceKeys {
         let sliced: Vec<ArrayRef> = keys.iter().map(|k| k.slice(row, 1)).collect();
         let rows = self.converter.convert_columns(&sliced)?;
         Ok(self.index.get(rows.row(0).as_ref()).copied())
-    }
-
-    /// How many source rows there are.
-    pub fn len(&self) -> usize {
-        self.rows.num_rows()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.rows.num_rows() == 0
     }
 
     /// Whether a file whose single integer key column lies within `[min, max]` (its

@@ -181,6 +181,13 @@ impl DvTable {
         if !has_dv {
             return Ok(Some("the table has no deletionVectors feature".into()));
         }
+        self.unwritable()
+    }
+
+    /// Why this writer cannot write the table's files and commits at all (deletion
+    /// vectors aside), if it cannot.
+    fn unwritable(&self) -> Result<Option<String>, DvError> {
+        let state = self.table.snapshot()?;
         if state
             .table_config()
             .column_mapping_mode
@@ -385,9 +392,8 @@ impl DvTable {
                 continue;
             }
             let holder = match &parts.from {
-                Some(from) if from.is_valid(row) => {
-                    let columns: Vec<ArrayRef> = from.as_struct().columns().to_vec();
-                    source_keys.lookup(&columns, row)?
+                Some((valid, columns)) if valid.is_valid(row) => {
+                    source_keys.lookup(columns, row)?
                 }
                 _ => Some(row as u32),
             };
@@ -570,10 +576,9 @@ impl DvTable {
         self.table.update_incremental(None).await?;
         let mut stats = CompactStats::default();
         let snapshot = self.table.snapshot()?;
-        if let Some(why) = self.unsupported()? {
-            if !why.contains("deletionVectors") {
-                return Err(DvError::Unsupported(why));
-            }
+        // A table without deletion vectors can still have its small files compacted.
+        if let Some(why) = self.unwritable()? {
+            return Err(DvError::Unsupported(why));
         }
         let picked: Vec<LogicalFileView> = snapshot
             .log_data()
@@ -707,7 +712,8 @@ struct Source {
     keys: Vec<ArrayRef>,
     delete: BooleanArray,
     unchanged: arrow_array::ListArray,
-    from: Option<ArrayRef>,
+    /// `_from`: the struct (for its validity) and its key columns.
+    from: Option<(ArrayRef, Vec<ArrayRef>)>,
 }
 
 impl Source {
@@ -741,7 +747,17 @@ impl Source {
             .and_then(|c| c.as_list_opt::<i32>())
             .ok_or_else(|| DvError::Schema("_unchanged is not a list".into()))?
             .clone();
-        let from = batch.column_by_name("_from").cloned();
+        let from = match batch.column_by_name("_from") {
+            None => None,
+            Some(column) => {
+                let keys = column
+                    .as_struct_opt()
+                    .ok_or_else(|| DvError::Schema("_from is not a struct".into()))?
+                    .columns()
+                    .to_vec();
+                Some((column.clone(), keys))
+            }
+        };
         Ok(Self {
             names,
             columns,
