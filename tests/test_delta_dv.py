@@ -17,6 +17,7 @@ import pytest
 from conftest import Database
 from deltalake.exceptions import DeltaProtocolError
 from pgwire_cdc import delta
+from pgwire_cdc.delta.writers import DeltaRsWriter
 from pgwire_cdc.errors import DeltaError
 from stream_workload import SCHEMA, TABLES, Workload, norm, source_rows
 from test_cli import run_cli
@@ -123,6 +124,45 @@ def test_a_merge_retires_rows_by_deletion_vectors_and_rewrites_no_file(
     run(db, tmp_path)
     assert lake(path) == source(db)
     assert spark_rows(classic_spark, path) == source(db)
+    assert duckdb_rows(path) == source(db)
+
+
+def test_a_running_stream_finds_retired_rows_in_its_key_index(
+    dv_db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Data files never change once written: a stream's later MERGEs find the rows they
+    retire in the keys read by the earlier ones, reading only the files written since."""
+    db = dv_db
+    run(db, tmp_path)
+    path = delta.table_path(tmp_path, TABLE)
+    for i in range(12):
+        db.conn.execute(f"UPDATE dv SET v = v + 1 WHERE id % 12 = {i}")
+        db.conn.execute(f"DELETE FROM dv WHERE id = {2000 + i}")
+    db.conn.execute("UPDATE dv SET id = 7777 WHERE id = 700")
+    # What each MERGE of the run did (the writer's own account of it).
+    merges: list[dict[str, Any]] = []
+    merge_in_place = DeltaRsWriter.merge_in_place
+
+    def recorded(self: DeltaRsWriter, *args: Any) -> Any:
+        done = merge_in_place(self, *args)
+        merges.append(dict(self.last_merge or {}))
+        return done
+
+    monkeypatch.setattr(DeltaRsWriter, "merge_in_place", recorded)
+    stats = run(db, tmp_path, max_batch_rows=300)
+    assert stats.updated >= 2900 and stats.deleted >= 12
+    assert len(merges) >= 12, merges
+    first, later = merges[0], merges[1:]
+    # The first MERGE of the run reads the snapshot's file and keeps its keys.
+    assert first["files_indexed"] == 0 and first["rows_read"] == 3000, first
+    assert first["index_files"] == 1 and first["index_bytes"] == 3000 * 8, first
+    for m in later:
+        # Files seen before are searched in memory: the snapshot's file is never read
+        # again, and each file a MERGE wrote is read once, by the first MERGE after it
+        # whose keys its statistics cannot rule out.
+        assert m["files_indexed"] >= 1 and m["index_files"] >= m["files_read"], m
+    assert sum(m["rows_read"] for m in later) <= sum(m["written"] for m in merges)
+    assert lake(path) == source(db)
     assert duckdb_rows(path) == source(db)
 
 

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The wheels of ``make wheel``, or those ``make test`` builds to check
-#: (``$PGWIRE_CDC_WHEELS``: see the Makefile's ``check-wheels``).
+#: The wheels of ``make wheel``, or those ``make test`` checks (``$PGWIRE_CDC_WHEELS``: the
+#: Makefile's ``check-wheels``; there this machine's wheel is ``make wheel``'s release build
+#: with the test-only client classes as well).
 WHEELS = Path(os.environ.get("PGWIRE_CDC_WHEELS", ROOT / "target" / "wheels"))
 
 SCRIPT = """

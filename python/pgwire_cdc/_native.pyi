@@ -173,7 +173,12 @@ _TaskSpec = tuple[int, str, str, str, list[_ColumnSpec], str]
 class DeltaDvTable:
     """A Delta table kept by deletion vectors (MERGEs that rewrite no data file)."""
 
-    def __new__(cls, uri: str, storage_options: dict[str, str] | None = None) -> Self: ...
+    def __new__(
+        cls,
+        uri: str,
+        storage_options: dict[str, str] | None = None,
+        key_index_bytes: int = ...,
+    ) -> Self: ...
     def unsupported(self) -> str | None: ...
     def merge(
         self,

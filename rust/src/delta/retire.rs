@@ -20,8 +20,9 @@ pub struct SourceKeys {
     converter: RowConverter,
     /// Row-format key -> the source row naming it.
     index: HashMap<Box<[u8]>, u32, RandomState>,
-    /// The keys in order when the key is one integer column (for file pruning).
-    sorted_ints: Option<Vec<i64>>,
+    /// When the key is one integer column without nulls: its keys in order, each with
+    /// the source row naming it (for file pruning and the file key index, `super::index`).
+    sorted_ints: Option<Vec<(i64, u32)>>,
     /// One 64-bit integer key column: key -> source row, probed without the row format
     /// (the table side of a MERGE is millions of keys, the source side thousands).
     int_index: Option<HashMap<i64, u32, RandomState>>,
@@ -64,9 +65,12 @@ impl SourceKeys {
             }
             _ => None,
         };
-        let sorted_ints = ints.map(|mut v| {
-            v.sort_unstable();
-            v
+        let sorted_ints = ints.map(|v| {
+            let mut pairs: Vec<(i64, u32)> = v.into_iter().zip(0..).collect();
+            pairs.sort_unstable();
+            // A repeated key keeps its first row, as the hash indexes do.
+            pairs.dedup_by_key(|p| p.0);
+            pairs
         });
         Ok(Self {
             converter,
@@ -90,11 +94,17 @@ impl SourceKeys {
     pub fn may_hold(&self, min: Option<i64>, max: Option<i64>) -> bool {
         match (&self.sorted_ints, min, max) {
             (Some(keys), Some(min), Some(max)) => {
-                let from = keys.partition_point(|&k| k < min);
-                keys.get(from).is_some_and(|&k| k <= max)
+                let from = keys.partition_point(|&(k, _)| k < min);
+                keys.get(from).is_some_and(|&(k, _)| k <= max)
             }
             _ => true,
         }
+    }
+
+    /// The keys in order with the source row naming each, when the key is one integer
+    /// column without nulls.
+    pub fn sorted_ints(&self) -> Option<&[(i64, u32)]> {
+        self.sorted_ints.as_deref()
     }
 
     /// The rows of one stretch of a data file that the source retires: `keys` are the

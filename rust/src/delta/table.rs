@@ -20,7 +20,7 @@
 //! deleted rows, in a commit that changes no data (`dataChange: false`), so a stream's
 //! MERGE and a compaction that touch the same file see a conflict and the loser retries.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -57,6 +57,7 @@ use parquet::arrow::async_reader::ParquetObjectReader;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use roaring::RoaringTreemap;
 
+use super::index::{FileKeys, KeyIndex};
 use super::retire::{Retired, SourceKeys};
 use super::rows::{new_rows, Retained, SourceMeta};
 
@@ -121,6 +122,8 @@ pub struct MergeStats {
     pub version: i64,
     pub files: usize,
     pub files_read: usize,
+    /// Of the files read, those matched from the key index instead of their Parquet.
+    pub files_indexed: usize,
     pub rows_read: u64,
     pub retired: u64,
     pub written: u64,
@@ -131,6 +134,9 @@ pub struct MergeStats {
     pub scan_ms: f64,
     pub write_ms: f64,
     pub commit_ms: f64,
+    /// The key index after the MERGE: files and bytes.
+    pub index_files: usize,
+    pub index_bytes: usize,
 }
 
 /// What one compaction did.
@@ -146,28 +152,53 @@ pub struct CompactStats {
 /// A Delta table kept open between MERGEs (each brings it up to date first).
 pub struct DvTable {
     table: DeltaTable,
+    /// The keys of the data files read so far ([`super::index`]).
+    keys: KeyIndex,
+    /// The deletion vectors read so far, by data file path: the descriptor they were read
+    /// by and the rows they delete (a file's vector changes only with a new descriptor).
+    vectors: HashMap<String, (String, Arc<RoaringTreemap>)>,
 }
 
 /// One data file of the table as the MERGE found it.
 struct Touched {
     view: LogicalFileView,
-    old: RoaringTreemap,
+    old: Arc<RoaringTreemap>,
     retired: Vec<Retired>,
+}
+
+/// What matching one data file against a MERGE's keys found.
+struct Scanned {
+    view: LogicalFileView,
+    /// Its deletion vector, and whether it was read now (not known already).
+    old: Arc<RoaringTreemap>,
+    vector_read: bool,
+    retired: Vec<Retired>,
+    /// Whether it was matched from the key index (no Parquet read).
+    from_index: bool,
+    /// Rows read from its Parquet.
+    rows_read: u64,
+    /// The index of its keys, when they were read now and can be indexed.
+    keys: Option<FileKeys>,
 }
 
 impl DvTable {
     /// Opens the Delta table at `uri` (a path or URL), with deltalake's
-    /// `storage_options`.
+    /// `storage_options`, keeping up to `key_index_bytes` of its files' keys in memory.
     pub async fn open(
         uri: &str,
         storage_options: HashMap<String, String>,
+        key_index_bytes: usize,
     ) -> Result<Self, DvError> {
         let url = deltalake_core::ensure_table_uri(uri)?;
         let table = DeltaTableBuilder::from_url(url)?
             .with_storage_options(storage_options)
             .load()
             .await?;
-        Ok(Self { table })
+        Ok(Self {
+            table,
+            keys: KeyIndex::new(key_index_bytes),
+            vectors: HashMap::new(),
+        })
     }
 
     /// Why this writer cannot keep the table by deletion vectors, if it cannot: the table
@@ -265,51 +296,9 @@ impl DvTable {
         let source_keys = Arc::new(SourceKeys::new(&parts.keys)?);
         let key_types: Arc<Vec<DataType>> =
             Arc::new(parts.keys.iter().map(|k| k.data_type().clone()).collect());
-        let snapshot = self.table.snapshot()?;
-        let views: Vec<LogicalFileView> = snapshot.log_data().iter().collect();
-        stats.files = views.len();
-        let single_key = match keys {
-            [only] => Some(only.clone()),
-            _ => None,
-        };
-        let candidates: Vec<LogicalFileView> = views
-            .into_iter()
-            .filter(|v| {
-                let (min, max) = single_key
-                    .as_deref()
-                    .map_or((None, None), |k| int_bounds(v.stats().as_deref(), k));
-                source_keys.may_hold(min, max)
-            })
-            .collect();
-        stats.files_read = candidates.len();
-        let store = self.table.object_store();
-        let root = self.table.table_url().clone();
-        let key_names: Arc<Vec<String>> = Arc::new(keys.to_vec());
-        let scans: Vec<(LogicalFileView, RoaringTreemap, Vec<Retired>, u64)> =
-            futures::stream::iter(candidates)
-                .map(|view| {
-                    let (store, root) = (store.clone(), root.clone());
-                    let (source_keys, key_names, key_types) =
-                        (source_keys.clone(), key_names.clone(), key_types.clone());
-                    tokio::spawn(async move {
-                        let old = read_deletion_vector(&store, &root, &view).await?;
-                        let (retired, rows) =
-                            scan_keys(&store, &view, &key_names, &key_types, &source_keys, &old)
-                                .await?;
-                        Ok::<_, DvError>((view, old, retired, rows))
-                    })
-                })
-                .buffer_unordered(READ_AHEAD)
-                .map(|joined| joined.map_err(|e| DvError::Schema(format!("file scan: {e}")))?)
-                .try_collect()
-                .await?;
-        let mut touched = Vec::new();
-        for (view, old, retired, rows) in scans {
-            stats.rows_read += rows;
-            if !retired.is_empty() {
-                touched.push(Touched { view, old, retired });
-            }
-        }
+        let touched = self
+            .find_retired(keys, &source_keys, &key_types, &mut stats)
+            .await?;
         stats.scan_ms = ms(started);
 
         let started = Instant::now();
@@ -360,6 +349,96 @@ impl DvTable {
         stats.version = version;
         stats.commit_ms = ms(started);
         Ok(stats)
+    }
+
+    /// The data files holding live rows whose key the MERGE source names, with those
+    /// rows: files its statistics rule out are skipped, indexed files are searched in
+    /// memory, the others' key columns read (and indexed).
+    async fn find_retired(
+        &mut self,
+        keys: &[String],
+        source_keys: &Arc<SourceKeys>,
+        key_types: &Arc<Vec<DataType>>,
+        stats: &mut MergeStats,
+    ) -> Result<Vec<Touched>, DvError> {
+        let snapshot = self.table.snapshot()?;
+        let views: Vec<LogicalFileView> = snapshot.log_data().iter().collect();
+        stats.files = views.len();
+        // Files gone from the table (retired whole, compacted) leave the caches.
+        let live: HashSet<String> = views.iter().map(|v| v.path().to_string()).collect();
+        self.keys
+            .retain(&live.iter().map(String::as_str).collect::<HashSet<_>>());
+        self.vectors.retain(|path, _| live.contains(path));
+        let single_key = match keys {
+            [only] => Some(only.clone()),
+            _ => None,
+        };
+        let candidates: Vec<LogicalFileView> = views
+            .into_iter()
+            .filter(|v| {
+                let (min, max) = single_key
+                    .as_deref()
+                    .map_or((None, None), |k| int_bounds(v.stats().as_deref(), k));
+                source_keys.may_hold(min, max)
+            })
+            .collect();
+        stats.files_read = candidates.len();
+        let store = self.table.object_store();
+        let root = self.table.table_url().clone();
+        let key_names: Arc<Vec<String>> = Arc::new(keys.to_vec());
+        let indexable = source_keys.sorted_ints().is_some();
+        let scans: Vec<Scanned> = futures::stream::iter(candidates)
+            .map(|view| {
+                let path = view.path().to_string();
+                let job = FileJob {
+                    store: store.clone(),
+                    root: root.clone(),
+                    indexed: indexable.then(|| self.keys.get(&path)).flatten(),
+                    known: vector_id(&view).and_then(|id| {
+                        self.vectors
+                            .get(&path)
+                            .filter(|(at, _)| *at == id)
+                            .map(|(_, dv)| dv.clone())
+                    }),
+                    view,
+                    source_keys: source_keys.clone(),
+                    key_names: key_names.clone(),
+                    key_types: key_types.clone(),
+                };
+                tokio::spawn(job.run())
+            })
+            .buffer_unordered(READ_AHEAD)
+            .map(|joined| joined.map_err(|e| DvError::Schema(format!("file scan: {e}")))?)
+            .try_collect()
+            .await?;
+        let mut touched = Vec::new();
+        for scan in scans {
+            let path = scan.view.path().to_string();
+            stats.rows_read += scan.rows_read;
+            stats.files_indexed += usize::from(scan.from_index);
+            if let Some(keys) = scan.keys {
+                self.keys.insert(&path, keys);
+            }
+            if scan.vector_read {
+                match vector_id(&scan.view) {
+                    Some(id) => {
+                        self.vectors.insert(path, (id, scan.old.clone()));
+                    }
+                    None => {
+                        self.vectors.remove(&path);
+                    }
+                }
+            }
+            if !scan.retired.is_empty() {
+                touched.push(Touched {
+                    view: scan.view,
+                    old: scan.old,
+                    retired: scan.retired,
+                });
+            }
+        }
+        (stats.index_files, stats.index_bytes) = self.keys.size();
+        Ok(touched)
     }
 
     /// The unchanged columns' values of the rows upserts retire: per column, one row per
@@ -486,7 +565,7 @@ impl DvTable {
         {
             let mut writer = StreamingDeletionVectorWriter::new(&mut bytes);
             for t in touched {
-                let mut bitmap = t.old.clone();
+                let mut bitmap = (*t.old).clone();
                 bitmap.extend(t.retired.iter().map(|r| r.position));
                 stats.retired += bitmap.len() - t.old.len();
                 let remove = t.view.remove_action(true);
@@ -878,7 +957,8 @@ fn projection(
 }
 
 /// Matches the live rows of one data file against the source keys, reading its key
-/// columns only; the retired rows and how many rows were read.
+/// columns only; the retired rows, how many rows were read and, when `index` is set and
+/// the file's key is one integer column, the index of its keys.
 async fn scan_keys(
     store: &Arc<dyn ObjectStore>,
     view: &LogicalFileView,
@@ -886,7 +966,8 @@ async fn scan_keys(
     key_types: &[DataType],
     source_keys: &SourceKeys,
     deleted: &RoaringTreemap,
-) -> Result<(Vec<Retired>, u64), DvError> {
+    index: bool,
+) -> Result<(Vec<Retired>, u64, Option<FileKeys>), DvError> {
     let builder = open_file(store, view).await?;
     for k in key_names {
         if builder.schema().index_of(k).is_err() {
@@ -900,21 +981,104 @@ async fn scan_keys(
     let mut stream = builder.with_projection(mask).build()?;
     let mut found = Vec::new();
     let mut position = 0u64;
+    // The file's keys as 64-bit integers, in file order (None: not indexed).
+    let mut values: Option<Vec<Option<i64>>> = index.then(Vec::new);
     while let Some(batch) = stream.try_next().await? {
-        let keys = key_names
+        let raw = key_names
             .iter()
-            .zip(key_types)
-            .map(|(k, t)| {
-                let column = batch
+            .map(|k| {
+                batch
                     .column_by_name(k)
-                    .ok_or_else(|| DvError::Schema(format!("no key column {k:?}")))?;
-                Ok(cast(column, t)?)
+                    .ok_or_else(|| DvError::Schema(format!("no key column {k:?}")))
             })
             .collect::<Result<Vec<_>, DvError>>()?;
+        let keys = raw
+            .iter()
+            .zip(key_types)
+            .map(|(column, t)| cast(column, t))
+            .collect::<Result<Vec<_>, _>>()?;
         found.extend(source_keys.matches(&keys, position, deleted)?);
         position += batch.num_rows() as u64;
+        if let (Some(into), [only]) = (values.as_mut(), raw.as_slice()) {
+            match cast(only, &DataType::Int64) {
+                Ok(ints) if only.data_type().is_integer() => {
+                    into.extend(ints.as_primitive::<arrow_array::types::Int64Type>().iter());
+                }
+                _ => values = None,
+            }
+        } else {
+            values = None;
+        }
     }
-    Ok((found, position))
+    Ok((found, position, values.and_then(FileKeys::new)))
+}
+
+/// What identifies a data file's deletion vector (none: it has none).
+fn vector_id(view: &LogicalFileView) -> Option<String> {
+    view.deletion_vector_descriptor().map(|d| {
+        format!(
+            "{:?}:{}:{:?}",
+            d.storage_type, d.path_or_inline_dv, d.offset
+        )
+    })
+}
+
+/// Matching one data file against a MERGE's keys (a task of its own).
+struct FileJob {
+    store: Arc<dyn ObjectStore>,
+    root: url::Url,
+    view: LogicalFileView,
+    /// The file's key index, when it is kept and the MERGE's key is one integer column.
+    indexed: Option<Arc<FileKeys>>,
+    /// The file's deletion vector, when it was read before by the same descriptor.
+    known: Option<Arc<RoaringTreemap>>,
+    source_keys: Arc<SourceKeys>,
+    key_names: Arc<Vec<String>>,
+    key_types: Arc<Vec<DataType>>,
+}
+
+impl FileJob {
+    async fn run(self) -> Result<Scanned, DvError> {
+        let (old, vector_read) = match self.known {
+            Some(dv) => (dv, false),
+            None => (
+                Arc::new(read_deletion_vector(&self.store, &self.root, &self.view).await?),
+                true,
+            ),
+        };
+        let sorted = self.source_keys.sorted_ints();
+        if let (Some(index), Some(sorted)) = (&self.indexed, sorted) {
+            let retired = index.matches(sorted, &old);
+            return Ok(Scanned {
+                view: self.view,
+                old,
+                vector_read,
+                retired,
+                from_index: true,
+                rows_read: 0,
+                keys: None,
+            });
+        }
+        let (retired, rows_read, keys) = scan_keys(
+            &self.store,
+            &self.view,
+            &self.key_names,
+            &self.key_types,
+            &self.source_keys,
+            &old,
+            sorted.is_some(),
+        )
+        .await?;
+        Ok(Scanned {
+            view: self.view,
+            old,
+            vector_read,
+            retired,
+            from_index: false,
+            rows_read,
+            keys,
+        })
+    }
 }
 
 /// The `names` columns of the rows at `positions` (sorted, unique) of a data file, in

@@ -12,12 +12,17 @@ use super::arrow::import_batches;
 use super::errors::pgwire_error;
 use crate::delta::table::{runtime, DvError, DvTable, Position};
 
-/// `DeltaDvTable(uri, storage_options=None)`: the Delta table at `uri`, opened once and
-/// brought up to date by each call.
+/// `DeltaDvTable(uri, storage_options=None, key_index_bytes=256 MiB)`: the Delta table at
+/// `uri`, opened once and brought up to date by each call, keeping up to
+/// `key_index_bytes` of its files' keys in memory between MERGEs (`crate::delta::index`).
 #[pyclass(name = "DeltaDvTable", module = "pgwire_cdc._native", frozen)]
 pub struct PyDeltaDvTable {
     table: Mutex<DvTable>,
 }
+
+/// The default bound of a table's key index: 256 MiB, the keys of some 20 to 30 million
+/// rows (8 bytes a row in key order, 12 otherwise).
+const KEY_INDEX_BYTES: usize = 256 << 20;
 
 fn delta_error(py: Python<'_>, e: &DvError) -> PyErr {
     pgwire_error(py, "DeltaError", &e.to_string())
@@ -26,15 +31,16 @@ fn delta_error(py: Python<'_>, e: &DvError) -> PyErr {
 #[pymethods]
 impl PyDeltaDvTable {
     #[new]
-    #[pyo3(signature = (uri, storage_options=None))]
+    #[pyo3(signature = (uri, storage_options=None, key_index_bytes=KEY_INDEX_BYTES))]
     fn new(
         py: Python<'_>,
         uri: String,
         storage_options: Option<HashMap<String, String>>,
+        key_index_bytes: usize,
     ) -> PyResult<Self> {
         let options = storage_options.unwrap_or_default();
         let table = py
-            .detach(|| runtime()?.block_on(DvTable::open(&uri, options)))
+            .detach(|| runtime()?.block_on(DvTable::open(&uri, options, key_index_bytes)))
             .map_err(|e| delta_error(py, &e))?;
         Ok(Self {
             table: Mutex::new(table),
@@ -75,6 +81,7 @@ impl PyDeltaDvTable {
         out.set_item("version", stats.version)?;
         out.set_item("files", stats.files)?;
         out.set_item("files_read", stats.files_read)?;
+        out.set_item("files_indexed", stats.files_indexed)?;
         out.set_item("rows_read", stats.rows_read)?;
         out.set_item("retired", stats.retired)?;
         out.set_item("written", stats.written)?;
@@ -85,6 +92,8 @@ impl PyDeltaDvTable {
         out.set_item("scan_ms", stats.scan_ms)?;
         out.set_item("write_ms", stats.write_ms)?;
         out.set_item("commit_ms", stats.commit_ms)?;
+        out.set_item("index_files", stats.index_files)?;
+        out.set_item("index_bytes", stats.index_bytes)?;
         Ok(out)
     }
 
