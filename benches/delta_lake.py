@@ -200,7 +200,28 @@ def run_sink(kind: str, dsn: str, path: Path, slot: str, spark: Any, **options: 
 def sink_table(kind: str, path: Path) -> pa.Table:
     if kind == "parquet":
         return parquet_mirror.Mirror(path).table(TABLE)
+    if kind == "delta-rs-dv":
+        return duckdb_table(delta.table_path(path, TABLE))
     return delta.read_table(delta.table_path(path, TABLE))
+
+
+def duckdb_table(path: str) -> pa.Table:
+    """A Delta table as DuckDB's delta extension reads it (deletion vectors applied).
+    deltalake's own reader (1.6.6) can deadlock planning a scan of a table where more than
+    about 500 files carry deletion vectors (delta-io/delta-rs#4657), which a live run's
+    table reaches."""
+    import duckdb
+    import duckdb_extension_delta
+
+    where = Path(duckdb_extension_delta.__file__).parent / "extensions"
+    extension = next(where.glob("*/delta.duckdb_extension"))
+    conn = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    try:
+        conn.execute(f"LOAD '{extension}'")
+        table: pa.Table = conn.execute(f"SELECT * FROM delta_scan('{path}')").fetch_arrow_table()
+    finally:
+        conn.close()
+    return table
 
 
 @dataclass(frozen=True)

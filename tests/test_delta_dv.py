@@ -116,6 +116,8 @@ def test_a_merge_retires_rows_by_deletion_vectors_and_rewrites_no_file(
     readded = [a["add"] for a in actions if "add" in a and a["add"]["path"] in removed]
     # Every file the batch touched comes back with a deletion vector; none was rewritten.
     assert readded and all(a["deletionVector"]["cardinality"] > 0 for a in readded)
+    # Their statistics still count the retired rows: bounds, not exact values.
+    assert all(json.loads(a["stats"])["tightBounds"] is False for a in readded)
     assert {a["path"] for a in readded} == removed
     assert any("txn" in a and a["txn"]["appId"] == "pgwire_cdc" for a in actions)
     assert files_before <= set(DeltaTable(path).file_uris())

@@ -8,6 +8,7 @@ Usage (``make build``): ``python tools/editable.py WHEEL SOURCE_DIR``
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import sysconfig
@@ -20,8 +21,13 @@ EXTENSION = "pgwire_cdc/_native.abi3.so"
 
 def main(wheel: str, source: str) -> None:
     root = Path(source).resolve()
+    # Written beside, then renamed over the old one: a process that has the old extension
+    # loaded keeps its (unlinked) file instead of seeing it rewritten under it.
+    target = root / EXTENSION
+    fresh = target.with_name(target.name + ".new")
     with zipfile.ZipFile(wheel) as archive:
-        (root / EXTENSION).write_bytes(archive.read(EXTENSION))
+        fresh.write_bytes(archive.read(EXTENSION))
+    os.replace(fresh, target)
     site = Path(sysconfig.get_paths()["purelib"])
     for package in PACKAGES:
         shutil.rmtree(site / package, ignore_errors=True)

@@ -1,9 +1,10 @@
 //! One MERGE into a Delta table by deletion vectors: the table's I/O and its commit.
 //!
 //! Per batch ([`DvTable::merge`]):
-//! 1. the data files whose statistics can hold a key the batch names are read, key columns
-//!    only, and their live rows (those their deletion vector does not hold) matched
-//!    against the batch's keys ([`super::retire`]);
+//! 1. the data files whose statistics can hold a key the batch names are matched against
+//!    the batch's keys, live rows only (those their deletion vector does not hold): from
+//!    the table's key index when an earlier MERGE read the file ([`super::index`]), else
+//!    by reading the file's key columns only ([`super::retire`]), which indexes it;
 //! 2. the columns upserts leave unchanged are read from the matched rows alone (a row
 //!    selection), and the upserts are written as new data files ([`super::rows`]);
 //! 3. each touched file's deletion vector, the old one plus the retired positions, goes
@@ -159,6 +160,9 @@ pub struct DvTable {
     vectors: HashMap<String, (String, Arc<RoaringTreemap>)>,
 }
 
+/// Deletion vectors by data file path, with their descriptor's identity.
+type KnownVectors = Vec<(String, (String, Arc<RoaringTreemap>))>;
+
 /// One data file of the table as the MERGE found it.
 struct Touched {
     view: LogicalFileView,
@@ -313,7 +317,8 @@ impl DvTable {
             },
         )?;
         let mut actions = self.write_rows(&parts.names, rows, &mut stats).await?;
-        actions.extend(self.write_deletion_vectors(&touched, &mut stats).await?);
+        let (dv_actions, vectors) = self.write_deletion_vectors(&touched, &mut stats).await?;
+        actions.extend(dv_actions);
         stats.write_ms = ms(started);
 
         let started = Instant::now();
@@ -346,6 +351,8 @@ impl DvTable {
         // false`) removed it meanwhile, which would bring the file's rows back beside
         // their compacted copy. Any concurrent commit makes the MERGE run again instead.
         let version = self.commit(actions, operation, Some(position), 0).await?;
+        // The vectors just written are known: the next MERGE need not read them back.
+        self.vectors.extend(vectors);
         stats.version = version;
         stats.commit_ms = ms(started);
         Ok(stats)
@@ -553,12 +560,13 @@ impl DvTable {
     }
 
     /// Writes the touched files' new deletion vectors into one file; the `remove` and
-    /// `add` actions that put them in place.
+    /// `add` actions that put them in place, and the new vectors by data file path (with
+    /// their descriptor's identity, as [`DvTable::vectors`] keeps them).
     async fn write_deletion_vectors(
         &self,
         touched: &[Touched],
         stats: &mut MergeStats,
-    ) -> Result<Vec<Action>, DvError> {
+    ) -> Result<(Vec<Action>, KnownVectors), DvError> {
         let mut actions = Vec::new();
         let mut bytes = Vec::new();
         let mut results = Vec::new();
@@ -581,36 +589,43 @@ impl DvTable {
                 let mut dv = KernelDeletionVector::new();
                 dv.add_deleted_row_indexes(bitmap.iter());
                 let written = writer.write_deletion_vector(dv)?;
-                results.push((remove, t, written));
+                results.push((remove, t, written, bitmap));
             }
             writer.finalize()?;
         }
+        let mut vectors = Vec::new();
         if results.is_empty() {
-            return Ok(actions);
+            return Ok((actions, vectors));
         }
         let uuid = uuid::Uuid::new_v4();
         let path = Path::from(format!("deletion_vector_{uuid}.bin"));
         self.table.object_store().put(&path, bytes.into()).await?;
         let encoded = z85::encode(uuid.as_bytes());
-        for (remove, t, written) in results {
+        for (remove, t, written, bitmap) in results {
             #[allow(
                 deprecated,
                 reason = "the add as the log holds it (tags included), with a new vector"
             )]
             let mut add = t.view.add_action();
             add.data_change = true;
-            add.deletion_vector = Some(DeletionVectorDescriptor {
+            add.stats = add.stats.as_deref().map(loose_bounds);
+            let descriptor = DeletionVectorDescriptor {
                 storage_type: StorageType::UuidRelativePath,
                 path_or_inline_dv: encoded.clone(),
                 offset: Some(written.offset),
                 size_in_bytes: written.size_in_bytes,
                 cardinality: written.cardinality,
-            });
+            };
+            vectors.push((
+                t.view.path().to_string(),
+                (descriptor_id(&descriptor), Arc::new(bitmap)),
+            ));
+            add.deletion_vector = Some(descriptor);
             actions.push(Action::Remove(remove));
             actions.push(Action::Add(add));
             stats.deletion_vectors += 1;
         }
-        Ok(actions)
+        Ok((actions, vectors))
     }
 
     /// Commits `actions` through the deltalake crate, with `position` as a `txn` action
@@ -1015,12 +1030,29 @@ async fn scan_keys(
 
 /// What identifies a data file's deletion vector (none: it has none).
 fn vector_id(view: &LogicalFileView) -> Option<String> {
-    view.deletion_vector_descriptor().map(|d| {
-        format!(
-            "{:?}:{}:{:?}",
-            d.storage_type, d.path_or_inline_dv, d.offset
-        )
-    })
+    view.deletion_vector_descriptor().map(|d| descriptor_id(&d))
+}
+
+/// A file's statistics once some of its rows are deleted: the min/max values and null
+/// counts still include the deleted rows, so they are bounds only (`tightBounds: false`
+/// in the Delta protocol: readers may still skip the file by them, but not take them for
+/// the live rows' exact values); left as they are when they do not parse.
+fn loose_bounds(stats: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(stats) {
+        Ok(serde_json::Value::Object(mut fields)) => {
+            fields.insert("tightBounds".into(), serde_json::Value::Bool(false));
+            serde_json::Value::Object(fields).to_string()
+        }
+        _ => stats.to_string(),
+    }
+}
+
+/// What identifies a deletion vector: where it is stored.
+fn descriptor_id(d: &DeletionVectorDescriptor) -> String {
+    format!(
+        "{:?}:{}:{:?}",
+        d.storage_type, d.path_or_inline_dv, d.offset
+    )
 }
 
 /// Matching one data file against a MERGE's keys (a task of its own).
