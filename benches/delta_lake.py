@@ -729,9 +729,13 @@ class _AllApplied(Exception):
 
 
 def bench_lag(
-    cluster: PgCluster, spark: Any, kind: str, mix: str, args: argparse.Namespace
+    cluster: PgCluster,
+    spark: Any,
+    kind: str,
+    mix: str,
+    args: argparse.Namespace,
+    base_rows: int = 0,
 ) -> dict[str, Any]:
-    base_rows = args.lag_base_rows if mix == "mixed" else 0
     db = cluster.create_database("lag")
     conn = cluster.connect(db)
     dsn = cluster.dsn_for(db)
@@ -1082,7 +1086,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lag-seconds", type=float, default=30)
     ap.add_argument("--rate", type=int, default=5_000)
     ap.add_argument("--lag-batch-ms", type=int, default=500)
-    ap.add_argument("--lag-base-rows", type=int, default=1_000_000)
+    ap.add_argument(
+        "--lag-base-rows", default="1000000", help="the mixed workload's table sizes (a list)"
+    )
     ap.add_argument("--lag-mixes", default="inserts,mixed")
     ap.add_argument("--lag-sinks", default="delta-rs,parquet,spark")
     ap.add_argument("--spark-memory", default="8g")
@@ -1098,6 +1104,7 @@ def main(argv: list[str] | None = None) -> int:
     args.parts = [p for p in args.parts.split(",") if p]
     args.writers = [w for w in args.writers.split(",") if w]
     args.sizes = [int(s) for s in args.sizes.split(",") if s]
+    args.lag_base_rows = [int(s) for s in args.lag_base_rows.split(",") if s]
     check_release_build()
     os.environ.setdefault("PGWIRE_CDC_DELTA_JARS", str(ROOT / ".cache" / "jars" / "delta"))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -1150,8 +1157,9 @@ def main(argv: list[str] | None = None) -> int:
             load = os.getloadavg()[0]
             runs = []
             for mix in [m for m in args.lag_mixes.split(",") if m]:
-                for kind in lag_sinks:
-                    runs.append(bench_lag(cluster, spark, kind, mix, args))
+                for base_rows in args.lag_base_rows if mix == "mixed" else [0]:
+                    for kind in lag_sinks:
+                        runs.append(bench_lag(cluster, spark, kind, mix, args, base_rows))
             parts["lag"] = {
                 "ran": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
                 "batch_ms": args.lag_batch_ms,
