@@ -211,7 +211,7 @@ def _write(dsn: str, directory: Path) -> dict[str, Any]:
     workload.run(25)
     until = now()
     twice = delta.ApplyStats()
-    for batch in stream(dsn, publication="pub", slot="s1", until_lsn=until, max_batch_rows=60):
+    for batch in stream(dsn, publication="pub", slot="s1", until_lsn=until, max_batch_rows=200):
         delta.apply(batch, **where)
         twice.add(delta.apply(batch, **where))
     out["twice"] = vars(twice)

@@ -19,8 +19,11 @@ from pgwire_cdc import delta
 from stream_workload import SCHEMA, TABLES, Workload, norm, source_rows
 from support.s3 import S3Server
 from test_cli import pgwire_lsn, run_cli
-from test_crash_torture import KILLS, torture
+from test_crash_torture import torture
 from test_stream import current_lsn
+
+#: SIGKILLs of the torture on the store (``PGWIRE_CDC_TORTURE_KILLS``).
+S3_KILLS = int(os.environ.get("PGWIRE_CDC_TORTURE_KILLS", "5"))
 
 
 @pytest.fixture(scope="session")
@@ -173,11 +176,12 @@ def test_crash_torture_on_s3(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """test_crash_torture.py's torture, all 20 SIGKILLs, with its tables on the store; the
-    workers and the final comparison reach it through the environment."""
+    """test_crash_torture.py's torture with its tables on the store (``S3_KILLS`` SIGKILLs:
+    the local torture's twenty take minutes through the store's HTTP); the workers and the
+    final comparison reach it through the environment."""
     for key, value in s3.options.items():
         monkeypatch.setenv(key, value)
     assert os.environ["AWS_ENDPOINT_URL"] == s3.endpoint
-    report = torture(pg15_cluster, location, tmp_path / "deliveries.jsonl")
-    assert report["restarts_after_sigkill"] >= KILLS
+    report = torture(pg15_cluster, location, tmp_path / "deliveries.jsonl", S3_KILLS)
+    assert report["restarts_after_sigkill"] >= S3_KILLS
     assert report["changes_delivered_again_skipped"] > 0
