@@ -218,7 +218,7 @@ def duckdb_table(path: str) -> pa.Table:
     conn = duckdb.connect(config={"allow_unsigned_extensions": "true"})
     try:
         conn.execute(f"LOAD '{extension}'")
-        table: pa.Table = conn.execute(f"SELECT * FROM delta_scan('{path}')").fetch_arrow_table()
+        table: pa.Table = conn.execute(f"SELECT * FROM delta_scan('{path}')").to_arrow_table()
     finally:
         conn.close()
     return table
