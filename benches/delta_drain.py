@@ -57,6 +57,7 @@ from bench_common import check_release_build, machine_info  # noqa: E402
 from delta_lake import (  # noqa: E402
     TABLE,
     Keys,
+    bench_session,
     check_state,
     deletion_vectors_on,
     delta_files,
@@ -358,19 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.spark:
         os.environ.setdefault("PGWIRE_CDC_DELTA_JARS", str(ROOT / ".cache" / "jars" / "delta"))
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        from pgwire_cdc.spark import session
-
-        spark = session(
-            "pgwire_cdc-bench-delta-drain",
-            "local[2]",
-            delta=True,
-            **{
-                "spark.ui.enabled": "false",
-                "spark.ui.showConsoleProgress": "false",
-                "spark.driver.memory": args.spark_memory,
-            },
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = bench_session("pgwire_cdc-bench-delta-drain", args.spark_memory)
         env["pyspark"] = version("pyspark")
         sinks.append("spark")
     results: dict[str, Any] = {}

@@ -48,8 +48,10 @@ from bench_common import check_release_build, machine_info  # noqa: E402
 from delta_lake import (  # noqa: E402
     DEFAULT_ROWS_PER_FILE,
     TABLE,
+    bench_session,
     build_table,
     delta_files,
+    duckdb_connection,
     duckdb_table,
     template_rows,
     update_batch,
@@ -82,13 +84,7 @@ def count_rows(path: str) -> int:
 
 
 def duckdb_scan(path: str) -> Callable[[], Any]:
-    import duckdb
-    import duckdb_extension_delta
-
-    where = Path(duckdb_extension_delta.__file__).parent / "extensions"
-    extension = next(where.glob("*/delta.duckdb_extension"))
-    conn = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-    conn.execute(f"LOAD '{extension}'")
+    conn = duckdb_connection()
 
     def scan() -> Any:
         return conn.execute(f"SELECT count(*), sum(hash(t)) FROM delta_scan('{path}') t").fetchall()
@@ -165,15 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         tables: dict[str, str] = {"dv": dv, "cow": cow}
         layout: dict[str, dict[str, int]] = {}
         if args.spark:
-            from pgwire_cdc.spark import session
-
-            spark = session(
-                "pgwire_cdc-bench-dv-reads",
-                "local[2]",
-                delta=True,
-                **{"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"},
-            )
-            spark.sparkContext.setLogLevel("ERROR")
+            spark = bench_session("pgwire_cdc-bench-dv-reads")
         scans: dict[str, dict[str, float]] = {}
 
         def measure(name: str, path: str) -> None:

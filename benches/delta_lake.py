@@ -205,23 +205,42 @@ def sink_table(kind: str, path: Path) -> pa.Table:
     return delta.read_table(delta.table_path(path, TABLE))
 
 
-def duckdb_table(path: str) -> pa.Table:
-    """A Delta table as DuckDB's delta extension reads it (deletion vectors applied).
-    deltalake's own reader (1.6.6) can deadlock planning a scan of a table where more than
-    about 500 files carry deletion vectors (delta-io/delta-rs#4657), which a live run's
-    table reaches."""
+def duckdb_connection() -> Any:
+    """A DuckDB connection with its delta extension loaded from the PyPI package
+    (``duckdb-extension-delta``)."""
     import duckdb
     import duckdb_extension_delta
 
     where = Path(duckdb_extension_delta.__file__).parent / "extensions"
     extension = next(where.glob("*/delta.duckdb_extension"))
     conn = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    conn.execute(f"LOAD '{extension}'")
+    return conn
+
+
+def duckdb_table(path: str) -> pa.Table:
+    """A Delta table as DuckDB's delta extension reads it (deletion vectors applied).
+    deltalake's own reader (1.6.6) can deadlock planning a scan of a table where more than
+    about 500 files carry deletion vectors (delta-io/delta-rs#4657), which a live run's
+    table reaches."""
+    conn = duckdb_connection()
     try:
-        conn.execute(f"LOAD '{extension}'")
         table: pa.Table = conn.execute(f"SELECT * FROM delta_scan('{path}')").to_arrow_table()
     finally:
         conn.close()
     return table
+
+
+def bench_session(name: str, memory: str | None = None) -> Any:
+    """The benches' local Spark (2 cores, Delta Lake, no UI or progress bars)."""
+    from pgwire_cdc.spark import session
+
+    conf = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    if memory:
+        conf["spark.driver.memory"] = memory
+    spark = session(name, "local[2]", delta=True, **conf)
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 @dataclass(frozen=True)
@@ -1132,19 +1151,7 @@ def main(argv: list[str] | None = None) -> int:
         "lag" in args.parts and "spark" in lag_sinks
     )
     if wants_spark:
-        from pgwire_cdc.spark import session
-
-        spark = session(
-            "pgwire_cdc-bench-delta",
-            "local[2]",
-            delta=True,
-            **{
-                "spark.ui.enabled": "false",
-                "spark.ui.showConsoleProgress": "false",
-                "spark.driver.memory": args.spark_memory,
-            },
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = bench_session("pgwire_cdc-bench-delta", args.spark_memory)
 
     cluster = PgCluster.for_server(args.server, settings=SETTINGS)
     cluster.start()

@@ -163,9 +163,9 @@ impl KeyIndex {
     }
 
     /// Drops the files that are no longer in the table (`live`: its data files' paths).
-    pub fn retain(&mut self, live: &HashSet<&str>) {
+    pub fn retain(&mut self, live: &HashSet<String>) {
         self.files.retain(|path, keys| {
-            let keep = live.contains(path.as_str());
+            let keep = live.contains(path);
             if !keep {
                 self.bytes -= keys.bytes();
             }
@@ -243,7 +243,7 @@ mod tests {
         assert!(!index.insert("b", FileKeys::new((0..5).map(Some)).unwrap()));
         assert!(index.get("a").is_some() && index.get("b").is_none());
         assert_eq!(index.size(), (1, 80));
-        index.retain(&HashSet::from(["b"]));
+        index.retain(&HashSet::from(["b".to_string()]));
         assert_eq!(index.size(), (0, 0));
         assert!(index.insert("b", FileKeys::new((0..5).map(Some)).unwrap()));
     }

@@ -373,8 +373,7 @@ impl DvTable {
         stats.files = views.len();
         // Files gone from the table (retired whole, compacted) leave the caches.
         let live: HashSet<String> = views.iter().map(|v| v.path().to_string()).collect();
-        self.keys
-            .retain(&live.iter().map(String::as_str).collect::<HashSet<_>>());
+        self.keys.retain(&live);
         self.vectors.retain(|path, _| live.contains(path));
         let single_key = match keys {
             [only] => Some(only.clone()),
