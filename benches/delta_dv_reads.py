@@ -7,11 +7,14 @@ after compaction, against a copy-on-write table of the same rows. Writes
    ``--updates`` random-key updates each go through ``DeltaSink(path).apply`` (the
    delta-rs writer's MERGE by deletion vectors), as a live stream would commit them. Each
    batch's apply time is recorded (the MERGE's cost on a table that grows files and
-   deletion vectors).
+   deletion vectors). This is done twice, on two copies: without the stream's own
+   compaction (``auto_compact=False``: every file and deletion vector stays) and with it
+   (the default: small and worn files rewritten after a MERGE, see
+   ``pgwire_cdc.delta.maintain``).
 2. A copy-on-write table of the same rows (written fresh by ``write_deltalake``).
 3. Full scans (every column, every row: ``sum(hash(*))`` in Spark, ``count(*)`` and
    ``sum(score)`` over all columns read in DuckDB and delta-rs) of: the table after the
-   batches, the same table after ``delta.compact``, and the copy-on-write table; best of
+   batches (both), the first after ``delta.compact``, and the copy-on-write table; best of
    ``--repeat``, the readers interleaved. deltalake's reader (1.6.6) can deadlock planning
    a scan of a table where more than about 500 files carry a deletion vector
    (delta-io/delta-rs#4657), so it is not run on such a table, and the row counts and the
@@ -100,6 +103,46 @@ def spark_scan(spark: Any, path: str) -> Callable[[], Any]:
     return lambda: spark.read.format("delta").load(path).selectExpr("sum(hash(*))").collect()
 
 
+def apply_batches(
+    template: Any, base: Path, auto_compact: bool, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Applies the random-key update batches to the table under ``base`` (the same keys
+    for every table: seeded); their apply times and the stream's own compactions."""
+    sink = delta.DeltaSink(base, auto_compact=auto_compact)
+    rng = random.Random(7)
+    lsn = 1 << 40
+    applies = []
+    compactions = []
+    started = time.perf_counter()
+    for i in range(args.batches):
+        keys = rng.sample(range(1, args.rows + 1), args.updates)
+        lsn += 10_000
+        batch = update_batch(template, keys, lsn, i)
+        start = time.perf_counter()
+        sink.apply(batch)
+        applies.append(time.perf_counter() - start)
+        merge = getattr(sink.writer, "last_merge", None) or {}
+        if "compaction" in merge:
+            compactions.append(merge["compaction"])
+        if (i + 1) % 100 == 0:
+            print(
+                f"{base.name}: {i + 1} batches in {time.perf_counter() - started:.0f} s "
+                f"(median apply {statistics.median(applies[-100:]) * 1000:.0f} ms)",
+                flush=True,
+            )
+    return {
+        "seconds": time.perf_counter() - started,
+        "median": statistics.median(applies) * 1000,
+        "p99": sorted(applies)[int(0.99 * (len(applies) - 1))] * 1000,
+        "max": max(applies) * 1000,
+        "first_100_median": statistics.median(applies[:100]) * 1000,
+        "last_100_median": statistics.median(applies[-100:]) * 1000,
+        "compactions": len(compactions),
+        "compaction_ms": [c["ms"] for c in compactions],
+        "compacted_files": sum(c["files_removed"] for c in compactions),
+    }
+
+
 def best(fn: Callable[[], Any], repeat: int) -> float:
     times = []
     for _ in range(repeat):
@@ -131,34 +174,24 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="pgwire_cdc_bench_dv_reads_", dir=args.workdir))
     spark = None
     try:
+        applied: dict[str, dict[str, Any]] = {}
+        for name, auto in (("dv", False), ("dv-auto", True)):
+            path = delta.table_path(work / name, TABLE)
+            build_table(template, args.rows, DEFAULT_ROWS_PER_FILE, path)
+            delta.enable_deletion_vectors(path)
+            applied[name] = apply_batches(template, work / name, auto, args)
+            if count_rows(path) != args.rows:
+                raise AssertionError("the table lost or gained rows")
         dv = delta.table_path(work / "dv", TABLE)
-        build_table(template, args.rows, DEFAULT_ROWS_PER_FILE, dv)
-        delta.enable_deletion_vectors(dv)
-        sink = delta.DeltaSink(work / "dv")
-        rng = random.Random(7)
-        lsn = 1 << 40
-        applies = []
-        started = time.perf_counter()
-        for i in range(args.batches):
-            keys = rng.sample(range(1, args.rows + 1), args.updates)
-            lsn += 10_000
-            batch = update_batch(template, keys, lsn, i)
-            start = time.perf_counter()
-            sink.apply(batch)
-            applies.append(time.perf_counter() - start)
-            if (i + 1) % 100 == 0:
-                print(
-                    f"{i + 1} batches in {time.perf_counter() - started:.0f} s "
-                    f"(median apply {statistics.median(applies[-100:]) * 1000:.0f} ms)",
-                    flush=True,
-                )
-        if count_rows(dv) != args.rows:
-            raise AssertionError("the table lost or gained rows")
         cow = delta.table_path(work / "cow", TABLE)
         from deltalake import write_deltalake
 
         write_deltalake(cow, duckdb_table(dv), target_file_size=1 << 34)
-        tables: dict[str, str] = {"dv": dv, "cow": cow}
+        tables: dict[str, str] = {
+            "dv": dv,
+            "dv-auto": delta.table_path(work / "dv-auto", TABLE),
+            "cow": cow,
+        }
         layout: dict[str, dict[str, int]] = {}
         if args.spark:
             spark = bench_session("pgwire_cdc-bench-dv-reads")
@@ -179,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                 scans[name][reader] = best(fn, args.repeat)
                 print(f"{name}: {reader} full scan {scans[name][reader]:.3f} s", flush=True)
 
-        measure("dv", tables["dv"])
-        measure("cow", tables["cow"])
+        for name in ("dv", "dv-auto", "cow"):
+            measure(name, tables[name])
         start = time.perf_counter()
         compacted = delta.compact(dv)
         compact_s = time.perf_counter() - start
@@ -194,12 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             "rows": args.rows,
             "batches": args.batches,
             "updates": args.updates,
-            "apply_ms": {
-                "median": statistics.median(applies) * 1000,
-                "p99": sorted(applies)[int(0.99 * (len(applies) - 1))] * 1000,
-                "first_100_median": statistics.median(applies[:100]) * 1000,
-                "last_100_median": statistics.median(applies[-100:]) * 1000,
-            },
+            "applied": applied,
             "layout": layout,
             "scans": scans,
             "compaction": {"seconds": compact_s, **compacted},
@@ -223,29 +251,37 @@ def render(r: dict[str, Any]) -> str:
         f"Run {r['ran']} (load {r['load']:.1f}) with `.venv/bin/python benches/delta_dv_reads.py"
         f" --rows {r['rows']} --batches {r['batches']} --updates {r['updates']}`: "
         f"{r['rows']:,} rows, {r['batches']:,} batches of {r['updates']:,} random-key updates "
-        "applied by the delta-rs writer's MERGE by deletion vectors; then full scans (every "
-        "row, every column; best of the runs) of that table, of the same table after "
-        "`delta.compact`, and of a copy-on-write table of the same rows.",
+        "applied by the delta-rs writer's MERGE by deletion vectors, to one table without "
+        "the stream's own compaction (`auto_compact=False`) and to another with it (the "
+        "default); then full scans (every row, every column; best of the runs) of both, of "
+        "the first after `delta.compact`, and of a copy-on-write table of the same rows.",
         "",
-        "## The batches",
+        "## The batches (apply time per batch, ms)",
         "",
-        f"Apply time per batch: median {r['apply_ms']['median']:.0f} ms, p99 "
-        f"{r['apply_ms']['p99']:.0f} ms (first 100 batches: median "
-        f"{r['apply_ms']['first_100_median']:.0f} ms; last 100: "
-        f"{r['apply_ms']['last_100_median']:.0f} ms).",
-        "",
-        "## Full scans (seconds)",
-        "",
+        "| table | all batches s | median | p99 | max | first 100 (median) | last 100 (median) "
+        "| the stream's compactions | their ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
+    for name, a in r["applied"].items():
+        ms = a["compaction_ms"]
+        spread = f"{min(ms):.0f} to {max(ms):.0f}" if ms else "-"
+        lines.append(
+            f"| {'auto compaction' if name == 'dv-auto' else 'no auto compaction'} | "
+            f"{a['seconds']:.0f} | {a['median']:.0f} | {a['p99']:.0f} | {a['max']:.0f} | "
+            f"{a['first_100_median']:.0f} | {a['last_100_median']:.0f} | "
+            f"{a['compactions']} ({a['compacted_files']} files) | {spread} |"
+        )
+    lines += ["", "## Full scans (seconds)", ""]
     readers = sorted({reader for s in r["scans"].values() for reader in s})
     lines.append("| table | files | with a deletion vector | MB | " + " | ".join(readers) + " |")
     lines.append("|---|---:|---:|---:|" + "---:|" * len(readers))
     names = {
-        "dv": f"after {r['batches']:,} batches (deletion vectors)",
-        "compacted": "the same, compacted",
+        "dv": f"after {r['batches']:,} batches (deletion vectors, no auto compaction)",
+        "dv-auto": f"after {r['batches']:,} batches (deletion vectors, auto compaction)",
+        "compacted": "the first, compacted",
         "cow": "copy-on-write, same rows",
     }
-    for name in ("dv", "compacted", "cow"):
+    for name in ("dv", "dv-auto", "compacted", "cow"):
         scans = r["scans"].get(name, {})
         layout = r["layout"].get(name, {})
         cells = " | ".join(f"{scans[x]:.3f}" if x in scans else "not run" for x in readers)

@@ -66,6 +66,23 @@ def latest_version(path: str) -> int:
     return max(int(p.stem) for p in (Path(path) / "_delta_log").glob("*.json"))
 
 
+def live_files(path: str) -> dict[str, dict[str, Any]]:
+    """The table's data files by path, each with its last ``add`` action: the log
+    replayed (deltalake's add-action listing does not show deletion vectors)."""
+    live: dict[str, dict[str, Any]] = {}
+    for version in range(latest_version(path) + 1):
+        for action in log_actions(path, version):
+            if "add" in action:
+                live[action["add"]["path"]] = action["add"]
+            elif "remove" in action:
+                live.pop(action["remove"]["path"], None)
+    return live
+
+
+def rows_of(add: dict[str, Any]) -> int:
+    return int(json.loads(add["stats"])["numRecords"])
+
+
 @pytest.fixture
 def dv_db(db: Database) -> Database:
     db.conn.execute(
@@ -76,6 +93,30 @@ def dv_db(db: Database) -> Database:
         "CREATE PUBLICATION pub FOR TABLE dv"
     )
     return db
+
+
+def change_in_slices(db: Database, slices: int, last_deleted: int) -> None:
+    """``slices`` transactions, each updating the rows ``id % slices = i`` and deleting
+    one row (``last_deleted``, then the ids below it)."""
+    for i in range(slices):
+        db.conn.execute(f"UPDATE dv SET v = v + 1 WHERE id % {slices} = {i}")
+        db.conn.execute(f"DELETE FROM dv WHERE id = {last_deleted - i}")
+
+
+@pytest.fixture
+def merges(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """What each MERGE by deletion vectors of the test does, in order (the writer's own
+    account of it, ``DeltaRsWriter.last_merge``)."""
+    done: list[dict[str, Any]] = []
+    merge_in_place = DeltaRsWriter.merge_in_place
+
+    def recorded(self: DeltaRsWriter, *args: Any) -> Any:
+        result = merge_in_place(self, *args)
+        done.append(dict(self.last_merge or {}))
+        return result
+
+    monkeypatch.setattr(DeltaRsWriter, "merge_in_place", recorded)
+    return done
 
 
 def run(db: Database, path: Path, **options: Any) -> delta.ApplyStats:
@@ -129,27 +170,15 @@ def test_a_merge_retires_rows_by_deletion_vectors_and_rewrites_no_file(
 
 
 def test_a_running_stream_finds_retired_rows_in_its_key_index(
-    dv_db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    dv_db: Database, tmp_path: Path, merges: list[dict[str, Any]]
 ) -> None:
     """Data files never change once written: a stream's later MERGEs find the rows they
     retire in the keys read by the earlier ones, reading only the files written since."""
     db = dv_db
     run(db, tmp_path)
     path = delta.table_path(tmp_path, TABLE)
-    for i in range(12):
-        db.conn.execute(f"UPDATE dv SET v = v + 1 WHERE id % 12 = {i}")
-        db.conn.execute(f"DELETE FROM dv WHERE id = {2000 + i}")
+    change_in_slices(db, 12, 2000)
     db.conn.execute("UPDATE dv SET id = 7777 WHERE id = 700")
-    # What each MERGE of the run did (the writer's own account of it).
-    merges: list[dict[str, Any]] = []
-    merge_in_place = DeltaRsWriter.merge_in_place
-
-    def recorded(self: DeltaRsWriter, *args: Any) -> Any:
-        done = merge_in_place(self, *args)
-        merges.append(dict(self.last_merge or {}))
-        return done
-
-    monkeypatch.setattr(DeltaRsWriter, "merge_in_place", recorded)
     stats = run(db, tmp_path, max_batch_rows=300)
     assert stats.updated >= 2900 and stats.deleted >= 12
     assert len(merges) >= 12, merges
@@ -181,16 +210,9 @@ def test_compaction_purges_deletion_vectors_and_keeps_the_position(
     assert stats["version"] is not None and stats["rows_purged"] > 0
     assert stats["rows_kept"] == 3000
 
-    # No file left with a deletion vector (the log replayed: deltalake's add-action
-    # listing does not show them).
-    live: dict[str, Any] = {}
-    for version in range(latest_version(path) + 1):
-        for action in log_actions(path, version):
-            if "add" in action:
-                live[action["add"]["path"]] = action["add"].get("deletionVector")
-            elif "remove" in action:
-                live.pop(action["remove"]["path"], None)
-    assert live and not any(live.values()), live
+    # No file left with a deletion vector.
+    live = live_files(path)
+    assert live and not any(a.get("deletionVector") for a in live.values()), live
     assert lake(path) == source(db)
     assert spark_rows(classic_spark, path) == source(db)
     assert duckdb_rows(path) == source(db)
@@ -206,15 +228,91 @@ def test_compaction_purges_deletion_vectors_and_keeps_the_position(
     assert lake(path) == source(db)
 
 
+def test_compaction_of_worn_files_only(dv_db: Database, tmp_path: Path) -> None:
+    """``max_deleted_ratio``: only the files with more than that share of their rows
+    deleted are rewritten; the others keep their deletion vectors."""
+    db = dv_db
+    run(db, tmp_path, auto_compact=False)
+    path = delta.table_path(tmp_path, TABLE)
+    # The snapshot's rows 1..3000 lose two thirds; the file of their new images, a
+    # quarter of its rows.
+    db.conn.execute("UPDATE dv SET v = -v WHERE id <= 2000")
+    run(db, tmp_path, auto_compact=False)
+    db.conn.execute("UPDATE dv SET v = 0 WHERE id <= 500")
+    run(db, tmp_path, auto_compact=False)
+
+    def worn(add: dict[str, Any]) -> float:
+        dv = add.get("deletionVector")
+        return dv["cardinality"] / rows_of(add) if dv else 0.0
+
+    before = live_files(path)
+    over = {p for p, a in before.items() if worn(a) > 0.5}
+    under = {p for p, a in before.items() if 0 < worn(a) <= 0.5}
+    assert over and under, {p: worn(a) for p, a in before.items()}
+    stats = delta.compact(path, min_file_rows=1, max_deleted_ratio=0.5)
+    after = live_files(path)
+    assert set(before) - set(after) == over
+    assert all(after[p].get("deletionVector") for p in under)
+    assert stats["files_removed"] == len(over) and stats["version"] is not None
+    assert lake(path) == source(db)
+    assert duckdb_rows(path) == source(db)
+    # With any deleted row counting, the rest go too.
+    delta.compact(path, min_file_rows=1)
+    assert not any(a.get("deletionVector") for a in live_files(path).values())
+    assert lake(path) == source(db)
+    proc = run_cli("compact", path, "--max-deleted-ratio", "1.5")
+    assert proc.returncode == 2 and "below 1" in proc.stderr
+
+
+def test_a_stream_compacts_its_small_files_by_itself(
+    dv_db: Database, tmp_path: Path, merges: list[dict[str, Any]]
+) -> None:
+    """After its MERGEs, the delta-rs writer compacts a table that has gathered
+    ``AUTO_MIN_SMALL_FILES`` small files: the files stay few, the position and the rows
+    stay right."""
+    db = dv_db
+    run(db, tmp_path)
+    path = delta.table_path(tmp_path, TABLE)
+    change_in_slices(db, 70, 2900)
+    stats = run(db, tmp_path, max_batch_rows=50)
+    assert stats.updated >= 2900 and stats.deleted == 70
+    assert len(merges) >= delta.maintain.AUTO_MIN_SMALL_FILES, len(merges)
+    compactions = [m["compaction"] for m in merges if "compaction" in m]
+    assert compactions, merges
+    first = compactions[0]
+    assert first["files_removed"] >= delta.maintain.AUTO_MIN_SMALL_FILES, first
+    assert first["rows_purged"] > 0 and first["files_added"] == 1, first
+    # Never more small files than the bound, batch after batch: here every file is small
+    # (the table has 3,000 rows), so the table never holds more than the bound.
+    live = live_files(path)
+    assert len(live) < delta.maintain.AUTO_MIN_SMALL_FILES, len(live)
+    optimize = [
+        v
+        for v in range(latest_version(path) + 1)
+        if any(a.get("commitInfo", {}).get("operation") == "OPTIMIZE" for a in log_actions(path, v))
+    ]
+    assert len(optimize) == len(compactions)
+    for v in optimize:
+        actions = log_actions(path, v)
+        assert not any("txn" in a for a in actions)
+        assert all(not a[k]["dataChange"] for a in actions for k in ("add", "remove") if k in a)
+    assert lake(path) == source(db)
+    assert duckdb_rows(path) == source(db)
+    # The position is the stream's last commit's: nothing is delivered again.
+    fifths = db.conn.execute("SELECT count(*) FROM dv WHERE id % 5 = 0").fetchone()[0]
+    db.conn.execute("UPDATE dv SET v = 0 WHERE id % 5 = 0")
+    later = run(db, tmp_path)
+    assert later.skipped == 0 and later.updated == fifths
+    assert lake(path) == source(db)
+
+
 def test_compaction_while_the_stream_runs(dv_db: Database, tmp_path: Path) -> None:
     """Compactions and the stream's MERGEs commit concurrently: whichever loses a conflict
     runs again; the table ends equal to the source."""
     db = dv_db
     run(db, tmp_path)
     path = delta.table_path(tmp_path, TABLE)
-    for i in range(30):
-        db.conn.execute(f"UPDATE dv SET v = v + 1 WHERE id % 30 = {i}")
-        db.conn.execute(f"DELETE FROM dv WHERE id = {3000 - i}")
+    change_in_slices(db, 30, 3000)
     stop = threading.Event()
     compactions: list[int] = []
     conflicts: list[str] = []

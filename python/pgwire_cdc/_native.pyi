@@ -188,7 +188,14 @@ class DeltaDvTable:
         version: int,
         metadata: str | None = None,
     ) -> dict[str, Any]: ...
-    def compact(self, min_file_rows: int, target_file_size: int) -> dict[str, Any]: ...
+    def compact(
+        self,
+        min_file_rows: int,
+        target_file_size: int,
+        max_deleted_ratio: float = 0.0,
+        min_small_files: int = 1,
+        max_worn_bytes: int | None = None,
+    ) -> dict[str, Any]: ...
 
 @final
 class SessionOptions:

@@ -77,6 +77,17 @@ def _positive(kind: type, zero: bool = False) -> Any:
     return parse
 
 
+def _ratio(value: str) -> float:
+    """An argument type: a share from 0 up to (not including) 1."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not 0.0 <= number < 1.0:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 0 and below 1")
+    return number
+
+
 def _writable_dir(path: str) -> Path:
     """Creates ``path`` if needed and checks this process can write there, before any
     connection is made (a ConfigError saying what to change otherwise)."""
@@ -200,7 +211,10 @@ def cmd_compact(args: argparse.Namespace) -> int:
     from .delta.maintain import compact
 
     stats = compact(
-        args.path, min_file_rows=args.min_file_rows, target_file_size=args.target_file_size
+        args.path,
+        min_file_rows=args.min_file_rows,
+        target_file_size=args.target_file_size,
+        max_deleted_ratio=args.max_deleted_ratio,
     )
     if args.json:
         print(json.dumps(stats))
@@ -364,6 +378,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
                 spark=spark,
                 on_batch=lambda sink, b, s: _progress(b, started),
                 deletion_vectors=args.deletion_vectors,
+                auto_compact=not args.no_auto_compact,
                 **options,
             )
         finally:
@@ -613,6 +628,14 @@ def build_parser() -> argparse.ArgumentParser:
         "must apply deletion vectors: Spark, DuckDB, delta-rs's DataFusion reader)",
     )
     p.add_argument(
+        "--no-auto-compact",
+        action="store_true",
+        help="with --delta and the delta-rs writer: do not compact tables kept by deletion "
+        "vectors after a MERGE (by default a table is compacted once it holds 50 small "
+        "files, and files with over 20%% of their rows deleted are rewritten, up to 128 MiB "
+        "a batch); run `pgwire-cdc compact` yourself instead",
+    )
+    p.add_argument(
         "--writer",
         choices=("delta-rs", "spark"),
         help="who writes the --delta tables: delta-rs (default, no JVM) or spark (a local "
@@ -738,6 +761,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive(int),
         default=128 * 1024 * 1024,
         help="bytes per rewritten file (default 134217728)",
+    )
+    p.add_argument(
+        "--max-deleted-ratio",
+        type=_ratio,
+        default=0.0,
+        help="rewrite the larger files only when more than this share of their rows is "
+        "deleted (default 0: any deleted row)",
     )
     json_flag(p, "what was done")
     p.set_defaults(func=cmd_compact)

@@ -35,9 +35,11 @@ def apply(
     schema: str | None = None,
     table_name: Callable[[str], str] | None = None,
     deletion_vectors: bool = False,
+    auto_compact: bool = True,
 ) -> ApplyStats:
     """Commits one ``stream()`` batch to the Delta tables under ``path`` (or, with
-    ``schema``, in a Spark catalog: see :func:`run`, also for ``deletion_vectors``); the
+    ``schema``, in a Spark catalog: see :func:`run`, also for ``deletion_vectors`` and
+    ``auto_compact``); the
     caller acks the batch after this returns."""
     _need_target(path, schema)
     sink = DeltaSink(
@@ -49,6 +51,7 @@ def apply(
         schema=schema,
         table_name=table_name,
         deletion_vectors=deletion_vectors,
+        auto_compact=auto_compact,
     )
     return sink.apply(batch)
 
@@ -119,6 +122,7 @@ def run(
     on_step: Callable[[str], None] | None = None,
     storage_options: Mapping[str, str] | None = None,
     deletion_vectors: bool = False,
+    auto_compact: bool = True,
     **stream_options: Any,
 ) -> ApplyStats:
     """Keeps one Delta table per published table under ``path`` until the stream ends
@@ -139,7 +143,10 @@ def run(
 
     ``deletion_vectors=True``: tables the delta-rs writer creates have deletion vectors on,
     so its MERGEs retire changed rows in deletion vectors instead of rewriting files (see
-    *Deletion vectors without a JVM* in docs/delta.md: readers must apply them)."""
+    *Deletion vectors without a JVM* in docs/delta.md: readers must apply them).
+    ``auto_compact`` (default): after a MERGE by deletion vectors the delta-rs writer
+    compacts the table when it has gathered enough small files or deleted rows (see
+    :mod:`~pgwire_cdc.delta.maintain`); False leaves that to :func:`compact`."""
     _need_target(path, schema)
     sink = DeltaSink(
         path,
@@ -151,6 +158,7 @@ def run(
         schema=schema,
         table_name=table_name,
         deletion_vectors=deletion_vectors,
+        auto_compact=auto_compact,
     )
     options = StreamOptions(
         publication=publication,

@@ -11,6 +11,14 @@ actions of its own commits) is untouched, and a MERGE and a compaction that both
 file conflict in the deltalake crate's commit checks, so one of them runs again on the
 new version (the stream's MERGE retries by itself; :func:`compact` raises
 :class:`~pgwire_cdc.errors.DeltaError` and is run again).
+
+A stream kept by the delta-rs writer also compacts by itself (``auto_compact``, on by
+default; :func:`compact_after_merge`), after the manner of Delta's auto compaction: after
+a MERGE by deletion vectors, once the table holds :data:`AUTO_MIN_SMALL_FILES` small files
+it rewrites them together, and it rewrites the files with more than
+:data:`AUTO_MAX_DELETED_RATIO` of their rows deleted, most worn first, up to
+:data:`TARGET_FILE_SIZE` bytes of them per batch, so a table whose every file wears at
+once (changes to random keys) is rewritten over several batches rather than in one stall.
 """
 
 from __future__ import annotations
@@ -18,14 +26,19 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _native
-from ..errors import DeltaError
-from .table import StorageOptions, open_table
-from .writers import DELETION_VECTORS
+from ..errors import ConfigError, DeltaError
+from .table import DELETION_VECTORS, StorageOptions, open_table
 
 #: Files with fewer rows than this are rewritten by :func:`compact`.
 MIN_FILE_ROWS = 100_000
 #: The size :func:`compact` aims its files at (bytes).
 TARGET_FILE_SIZE = 128 * 1024 * 1024
+#: A stream compacts its small files once a table has this many (Delta's auto compaction
+#: waits for 50 too: ``spark.databricks.delta.autoCompact.minNumFiles``).
+AUTO_MIN_SMALL_FILES = 50
+#: A stream rewrites a larger file once more than this share of its rows is deleted (a
+#: full scan then reads 1.25 rows for each live one).
+AUTO_MAX_DELETED_RATIO = 0.2
 
 
 def compact(
@@ -34,12 +47,30 @@ def compact(
     storage_options: StorageOptions = None,
     min_file_rows: int = MIN_FILE_ROWS,
     target_file_size: int = TARGET_FILE_SIZE,
+    max_deleted_ratio: float = 0.0,
 ) -> dict[str, Any]:
-    """Compacts the Delta table at ``path`` (see the module documentation): what it did
+    """Compacts the Delta table at ``path`` (see the module documentation): rewrites its
+    files with fewer than ``min_file_rows`` rows and those with more than
+    ``max_deleted_ratio`` of their rows deleted (0: any). Returns what it did
     (``files_removed``, ``files_added``, ``rows_purged`` (deleted rows dropped),
     ``rows_kept``, ``version``: the commit, None when nothing needed rewriting)."""
+    if not 0.0 <= max_deleted_ratio < 1.0:
+        raise ConfigError(f"max_deleted_ratio must be in [0, 1), not {max_deleted_ratio}")
     table = _native.DeltaDvTable(path, dict(storage_options) if storage_options else None)
-    stats: dict[str, Any] = table.compact(min_file_rows, target_file_size)
+    stats: dict[str, Any] = table.compact(min_file_rows, target_file_size, max_deleted_ratio)
+    return stats
+
+
+def compact_after_merge(table: _native.DeltaDvTable) -> dict[str, Any]:
+    """The compaction a stream runs after its MERGE into ``table`` (see the module
+    documentation); what it did, as :func:`compact` says it."""
+    stats: dict[str, Any] = table.compact(
+        MIN_FILE_ROWS,
+        TARGET_FILE_SIZE,
+        AUTO_MAX_DELETED_RATIO,
+        AUTO_MIN_SMALL_FILES,
+        TARGET_FILE_SIZE,
+    )
     return stats
 
 

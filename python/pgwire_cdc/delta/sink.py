@@ -75,10 +75,13 @@ class DeltaSink:
         schema: str | None = None,
         table_name: Callable[[str], str] | None = None,
         deletion_vectors: bool = False,
+        auto_compact: bool = True,
     ) -> None:
         self.path = base_path(path) if path is not None else None
         self.storage_options = dict(storage_options) if storage_options is not None else None
-        self.writer = writer_for(writer, spark, self.storage_options, deletion_vectors)
+        self.writer = writer_for(
+            writer, spark, self.storage_options, deletion_vectors, auto_compact
+        )
         if schema is None:
             if catalog is not None or table_name is not None:
                 raise ConfigError("catalog= and table_name= name tables in schema=: give it")

@@ -95,6 +95,9 @@ def position(path: str, storage_options: StorageOptions = None) -> Position | No
 #: times as many.
 _HISTORY_PAGE = 32
 
+#: The table property that gives a new table the ``deletionVectors`` feature.
+DELETION_VECTORS = {"delta.enableDeletionVectors": "true"}
+
 
 def _recorded_progress(table: Any) -> Any:
     """The progress recorded by the newest commit that records one, however many commits

@@ -7,7 +7,9 @@
   files that can hold a changed key are read, no data file is rewritten). Other tables
   (without the ``deletionVectors`` feature, partitioned, with column mapping, or on an
   object store) and batches with a truncate take the ``deltalake`` package's MERGE, which
-  rewrites every data file holding a changed row (copy-on-write).
+  rewrites every data file holding a changed row (copy-on-write). After a MERGE by
+  deletion vectors it compacts the table when its small files or deleted rows call for it
+  (``auto_compact``, :mod:`~pgwire_cdc.delta.maintain`).
 * :class:`SparkWriter` (``"spark"``): ``MERGE INTO`` run by Spark with Delta Lake's own
   jars; tables it creates have deletion vectors on.
 
@@ -18,6 +20,7 @@ commit (:class:`~pgwire_cdc.lakehouse.positions.Commit`).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,7 +33,8 @@ from ..lakehouse.sql import merge_clauses, quote_name, source_columns, split_nam
 from ..spark.types import spark_schema
 from .catalog import is_table_name
 from .stores import bucket_of, s3a_conf, spark_path
-from .table import StorageOptions, open_table
+from .maintain import compact_after_merge
+from .table import DELETION_VECTORS, StorageOptions, open_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -38,9 +42,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("pgwire_cdc")
 
 WRITERS = ("delta-rs", "spark")
-
-#: The table property that gives a new table the ``deletionVectors`` feature.
-DELETION_VECTORS = {"delta.enableDeletionVectors": "true"}
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,11 @@ class DeltaRsWriter:
     name = "delta-rs"
 
     def __init__(
-        self, storage_options: StorageOptions = None, *, deletion_vectors: bool = False
+        self,
+        storage_options: StorageOptions = None,
+        *,
+        deletion_vectors: bool = False,
+        auto_compact: bool = True,
     ) -> None:
         try:
             import deltalake  # noqa: F401
@@ -90,6 +95,9 @@ class DeltaRsWriter:
         self.storage_options = dict(storage_options) if storage_options is not None else None
         #: Whether tables this writer creates have deletion vectors on.
         self.deletion_vectors = deletion_vectors
+        #: Whether a MERGE by deletion vectors is followed by the table's compaction
+        #: when it needs one (:func:`~pgwire_cdc.delta.maintain.compact_after_merge`).
+        self.auto_compact = auto_compact
         # Per table path: the table kept open for MERGEs by deletion vectors, or None
         # when the table cannot take them (the copy-on-write MERGE serves it).
         self._in_place: dict[str, _native.DeltaDvTable | None] = {}
@@ -143,6 +151,20 @@ class DeltaRsWriter:
             source, keys, commit.app_id, commit.version, commit.metadata()
         )
         log.debug("%s: MERGE by deletion vectors: %s", path, stats)
+        if self.auto_compact:
+            started = time.perf_counter()
+            compacted = compact_after_merge(table)
+            if compacted["version"] is not None:
+                compacted["ms"] = round((time.perf_counter() - started) * 1000, 1)
+                stats["compaction"] = compacted
+                log.info(
+                    "%s: compacted %d files into %d (%d deleted rows purged) in %.0f ms",
+                    path,
+                    compacted["files_removed"],
+                    compacted["files_added"],
+                    compacted["rows_purged"],
+                    compacted["ms"],
+                )
         self.last_merge = stats
         return stats
 
@@ -401,14 +423,18 @@ def writer_for(
     spark: SparkSession | None = None,
     storage_options: StorageOptions = None,
     deletion_vectors: bool = False,
+    auto_compact: bool = True,
 ) -> Writer:
     """The writer named ``writer`` (one of :data:`WRITERS`), or ``writer`` itself.
     ``deletion_vectors``: the delta-rs writer creates tables with deletion vectors on (the
-    Spark writer always does)."""
+    Spark writer always does); ``auto_compact``: it compacts tables kept by deletion
+    vectors after its MERGEs (:func:`~pgwire_cdc.delta.maintain.compact_after_merge`)."""
     if not isinstance(writer, str):
         return writer
     if writer == "delta-rs":
-        return DeltaRsWriter(storage_options, deletion_vectors=deletion_vectors)
+        return DeltaRsWriter(
+            storage_options, deletion_vectors=deletion_vectors, auto_compact=auto_compact
+        )
     if writer == "spark":
         return SparkWriter(spark, storage_options)
     raise ConfigError(f"unknown Delta writer {writer!r}: use one of {', '.join(WRITERS)}")

@@ -15,12 +15,14 @@
 //! holding a changed row).
 //!
 //! * [`retire`]: which rows of a file a batch retires (pure);
+//! * [`compaction`]: which files a compaction rewrites (pure);
 //! * [`index`]: each data file's keys, sorted, kept between MERGEs (pure);
 //! * [`rows`]: the rows a batch writes, unchanged TOAST taken from the retired rows
 //!   (pure);
 //! * `table` (feature `delta`): the reads, writes and the commit, through the deltalake
 //!   crate's transaction machinery.
 
+pub mod compaction;
 pub mod index;
 pub mod retire;
 pub mod rows;

@@ -58,6 +58,7 @@ use parquet::arrow::async_reader::ParquetObjectReader;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use roaring::RoaringTreemap;
 
+use super::compaction::{FileFacts, Policy};
 use super::index::{FileKeys, KeyIndex};
 use super::retire::{Retired, SourceKeys};
 use super::rows::{new_rows, Retained, SourceMeta};
@@ -658,12 +659,12 @@ impl DvTable {
         Ok(version)
     }
 
-    /// Rewrites the files that hold deleted rows (deletion vectors) or fewer than
-    /// `min_file_rows` rows, without their deleted rows, into files of up to
-    /// `target_file_size` bytes, in one commit that changes no data.
+    /// Rewrites the files `policy` picks ([`super::compaction`]), without their deleted
+    /// rows, into files of up to `target_file_size` bytes, in one commit that changes no
+    /// data.
     pub async fn compact(
         &mut self,
-        min_file_rows: u64,
+        policy: &Policy,
         target_file_size: u64,
     ) -> Result<CompactStats, DvError> {
         self.table.update_incremental(None).await?;
@@ -673,19 +674,23 @@ impl DvTable {
         if let Some(why) = self.unwritable()? {
             return Err(DvError::Unsupported(why));
         }
-        let picked: Vec<LogicalFileView> = snapshot
-            .log_data()
+        let files: Vec<LogicalFileView> = snapshot.log_data().iter().collect();
+        let facts: Vec<FileFacts> = files
             .iter()
-            .filter(|v| {
-                v.deletion_vector_descriptor().is_some()
-                    || v.num_records().is_some_and(|n| (n as u64) < min_file_rows)
+            .map(|v| FileFacts {
+                rows: v.num_records().map(|n| n as u64),
+                deleted: v
+                    .deletion_vector_descriptor()
+                    .map_or(0, |d| d.cardinality.max(1) as u64),
+                bytes: v.size() as u64,
             })
             .collect();
-        let small = picked
-            .iter()
-            .filter(|v| v.deletion_vector_descriptor().is_none())
-            .count();
-        if picked.is_empty() || (picked.len() == 1 && small == 1) {
+        let picked: Vec<&LogicalFileView> = policy
+            .pick(&facts)
+            .into_iter()
+            .filter_map(|i| files.get(i))
+            .collect();
+        if picked.is_empty() {
             return Ok(stats);
         }
         let store = self.table.object_store();
@@ -694,7 +699,7 @@ impl DvTable {
             RecordBatchWriter::for_table(&self.table)?.with_target_file_size(target_file_size);
         let schema = writer.arrow_schema();
         let mut actions = Vec::new();
-        for view in &picked {
+        for view in picked.iter().copied() {
             let deleted = read_deletion_vector(&store, &root, view).await?;
             stats.rows_purged += deleted.len();
             let batch = read_live_rows(&store, view, &deleted).await?;

@@ -10,6 +10,7 @@ use pyo3::types::PyDict;
 
 use super::arrow::import_batches;
 use super::errors::pgwire_error;
+use crate::delta::compaction::Policy;
 use crate::delta::table::{runtime, DvError, DvTable, Position};
 
 /// `DeltaDvTable(uri, storage_options=None, key_index_bytes=256 MiB)`: the Delta table at
@@ -97,16 +98,32 @@ impl PyDeltaDvTable {
         Ok(out)
     }
 
-    /// `compact(min_file_rows, target_file_size) -> dict`: rewrites the files holding
-    /// deleted rows or fewer than `min_file_rows` rows (see `DvTable::compact`).
+    /// `compact(min_file_rows, target_file_size, max_deleted_ratio=0.0,
+    /// min_small_files=1, max_worn_bytes=None) -> dict`: rewrites the small files (fewer
+    /// than `min_file_rows` rows) when there are `min_small_files` of them, and the other
+    /// files with more than `max_deleted_ratio` of their rows deleted, up to
+    /// `max_worn_bytes` of them (see `delta::compaction`).
+    #[pyo3(signature = (
+        min_file_rows, target_file_size, max_deleted_ratio=0.0, min_small_files=1,
+        max_worn_bytes=None
+    ))]
     fn compact<'py>(
         &self,
         py: Python<'py>,
         min_file_rows: u64,
         target_file_size: u64,
+        max_deleted_ratio: f64,
+        min_small_files: usize,
+        max_worn_bytes: Option<u64>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let policy = Policy {
+            min_file_rows,
+            min_small_files: min_small_files.max(1),
+            max_deleted_ratio,
+            max_worn_bytes,
+        };
         let stats = self.with_table(py, |t| {
-            runtime()?.block_on(t.compact(min_file_rows, target_file_size))
+            runtime()?.block_on(t.compact(&policy, target_file_size))
         })?;
         let out = PyDict::new(py);
         out.set_item("version", stats.version)?;
