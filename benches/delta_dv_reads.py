@@ -122,7 +122,7 @@ def apply_batches(
         sink.apply(batch)
         applies.append(time.perf_counter() - start)
         merge = getattr(sink.writer, "last_merge", None) or {}
-        if "compaction" in merge:
+        if merge.get("compaction", {}).get("version") is not None:
             compactions.append(merge["compaction"])
         if (i + 1) % 100 == 0:
             print(

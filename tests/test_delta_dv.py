@@ -278,6 +278,7 @@ def test_a_stream_compacts_its_small_files_by_itself(
     assert stats.updated >= 2900 and stats.deleted == 70
     assert len(merges) >= delta.maintain.AUTO_MIN_SMALL_FILES, len(merges)
     compactions = [m["compaction"] for m in merges if "compaction" in m]
+    assert all(c["version"] is not None for c in compactions), compactions
     assert compactions, merges
     first = compactions[0]
     assert first["files_removed"] >= delta.maintain.AUTO_MIN_SMALL_FILES, first

@@ -32,8 +32,8 @@ from ..lakehouse.positions import Commit
 from ..lakehouse.sql import merge_clauses, quote_name, source_columns, split_name, unchanged_names
 from ..spark.types import spark_schema
 from .catalog import is_table_name
-from .stores import bucket_of, s3a_conf, spark_path
 from .maintain import compact_after_merge
+from .stores import bucket_of, s3a_conf, spark_path
 from .table import DELETION_VECTORS, StorageOptions, open_table
 
 if TYPE_CHECKING:
@@ -153,7 +153,15 @@ class DeltaRsWriter:
         log.debug("%s: MERGE by deletion vectors: %s", path, stats)
         if self.auto_compact:
             started = time.perf_counter()
-            compacted = compact_after_merge(table)
+            try:
+                compacted = compact_after_merge(table)
+            except DeltaError as e:
+                # The batch is committed: upkeep that lost a race (a compaction of the
+                # user's own touched the same files) or failed is tried again after the
+                # next MERGE rather than failing the stream.
+                log.warning("%s: compaction after the MERGE failed, tried again later: %s", path, e)
+                compacted = {"version": None, "error": str(e)}
+                stats["compaction"] = compacted
             if compacted["version"] is not None:
                 compacted["ms"] = round((time.perf_counter() - started) * 1000, 1)
                 stats["compaction"] = compacted
