@@ -39,8 +39,7 @@ def apply(
 ) -> ApplyStats:
     """Commits one ``stream()`` batch to the Delta tables under ``path`` (or, with
     ``schema``, in a Spark catalog: see :func:`run`, also for ``deletion_vectors`` and
-    ``auto_compact``); the
-    caller acks the batch after this returns."""
+    ``auto_compact``); the caller acks the batch after this returns."""
     _need_target(path, schema)
     sink = DeltaSink(
         path,
