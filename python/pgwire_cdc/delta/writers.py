@@ -43,8 +43,6 @@ log = logging.getLogger("pgwire_cdc")
 
 WRITERS = ("delta-rs", "spark")
 
-log = logging.getLogger(__name__)
-
 
 class Writer(Protocol):
     """One way of writing Delta commits. Every method commits at most once."""
