@@ -51,7 +51,7 @@ $(ICEBERG_JARS_STAMP): deps/iceberg/pom.xml
 jars: $(JARS_STAMP) $(ICEBERG_JARS_STAMP)
 
 # Release build: tests, the demo and the benches all run the optimised extension, with the
-# test-only classes of the Cargo feature `test-client` (tests/test_pg_client.py); the
+# test-only classes of the Cargo feature `test-client` (tests/client/test_pg_client.py); the
 # features are named in full rather than relying on how maturin merges pyproject.toml's.
 # It is the x86_64 manylinux wheel's build (`make wheel`: same Cargo target, same zig
 # linker), so the wheel build after it reuses every dependency, and it is installed as
@@ -69,7 +69,7 @@ build: venv
 # The abi3 wheels users install (release profile; the features of pyproject.toml, so no
 # `test-client`): manylinux2014 (glibc 2.17: RHEL/Rocky 8, Debian 11, Ubuntu 20.04, Amazon
 # Linux 2 and later) for x86_64 and aarch64, linked by zig (the pinned `ziglang` of
-# requirements-dev.txt, found on PATH), no Docker. tests/test_wheel.py checks both with
+# requirements-dev.txt, found on PATH), no Docker. tests/wheels/test_wheel.py checks both with
 # auditwheel and installs this machine's into a brand-new venv.
 WHEEL_TARGETS := x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu
 wheel: venv
@@ -92,13 +92,13 @@ lint: venv
 	$(MAKE) build
 	$(PY) -m mypy.stubtest pgwire_cdc._native --allowlist stubtest-allowlist.txt
 	@# The docs and comments speak of the project only; the module graph has no loop.
-	$(VENV)/bin/pytest -q tests/test_docs.py tests/test_module_graph.py
+	$(VENV)/bin/pytest -q tests/docs/test_docs.py tests/docs/test_module_graph.py
 
 # The fuzz targets (tests/fuzz) reach the client's internals through the `fuzzing` feature.
 rust-test:
 	cargo test --all-targets --features fuzzing
 
-# The wheels tests/test_wheel.py checks: this machine's (x86_64) is the one `make build`
+# The wheels tests/wheels/test_wheel.py checks: this machine's (x86_64) is the one `make build`
 # built — `make wheel`'s build, plus the test-only client classes — installed into a
 # brand-new venv and run; the aarch64 one, built with the unoptimised `portable` profile
 # (Cargo.toml), is checked for its manylinux tags and symbol versions only.
@@ -120,7 +120,7 @@ demo: build jars
 	$(VENV)/bin/pgwire-cdc demo
 
 captures: build
-	$(PY) tests/capture/record.py
+	$(PY) tests/support/capture/record.py
 
 # Every side-by-side comparison, then benches/results/latest.md and ratios.png.
 bench: bench-capture bench-rust bench-py bench-live bench-spark

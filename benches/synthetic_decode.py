@@ -26,8 +26,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import bench_common  # noqa: E402
-import synthetic  # noqa: E402
 from bench_common import Stream  # noqa: E402
+from support import synthetic  # noqa: E402
 
 
 def arrow(stream: Stream, **options: bool) -> int:

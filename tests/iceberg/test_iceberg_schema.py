@@ -1,0 +1,68 @@
+"""Schema changes and odd names on the Iceberg sink (``pgwire_cdc.iceberg``) against real
+PostgreSQL 15 and 18, real Spark and real pyiceberg. After each step of the workloads of
+``schema_workload.py`` every table, read by Spark and by pyiceberg, equals the ``SELECT``
+on the source that step gives: added columns are added, int/float/decimal columns
+widened, a dropped column kept by a keyed table (updated and moved rows keep its value)
+and dropped by a keyless one; odd names and key values round-trip, and rows moved to a
+new key keep their toasted value. A type Iceberg cannot widen stops the sink with
+:class:`~pgwire_cdc.errors.IcebergError`, the table untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from conftest import Database
+from pgwire_cdc import iceberg
+from pgwire_cdc.errors import IcebergError
+from support.schema_workload import EVOLVING, ODD, ODD_MOVES, Step
+
+from iceberg.test_iceberg import Lake, rows_of
+
+
+@pytest.fixture
+def lake(
+    request: pytest.FixtureRequest, db: Database, iceberg_spark_in: Any, iceberg_catalog: Any
+) -> Lake:
+    """test_iceberg's: classic Spark, or Spark Connect when parametrized ``indirect``."""
+    return Lake(db, iceberg_spark_in(getattr(request, "param", "classic")), iceberg_catalog)
+
+
+def readers(lake: Lake) -> list[Callable[[str], pa.Table]]:
+    """A source table's Iceberg table, read by Spark and by pyiceberg."""
+    return [
+        lambda name: lake.spark.table(lake.ref(name)).toArrow(),
+        lambda name: iceberg.read_table(lake.catalog, lake.identifier(name)),
+    ]
+
+
+def apply(lake: Lake, step: Step) -> None:
+    step.run(lake.db.conn)
+    lake.run()
+    for read in readers(lake):
+        step.check(lake.db.conn, read)
+
+
+def test_schema_changes_evolve_the_tables(lake: Lake) -> None:
+    for step in EVOLVING:
+        apply(lake, step)
+    before = [rows_of(read("public.t")) for read in readers(lake)]
+    lake.db.conn.execute("ALTER TABLE t ALTER COLUMN a TYPE text")
+    lake.db.conn.execute("UPDATE t SET a = 'x' WHERE id = 4")
+    with pytest.raises(IcebergError, match=r"column 'a' changed type .* re-snapshot"):
+        lake.run()
+    assert [rows_of(read("public.t")) for read in readers(lake)] == before
+
+
+# Spark Connect once: on PostgreSQL 18.
+@pytest.mark.parametrize(
+    ("pg", "lake"),
+    [("pg15", "classic"), ("pg18", "classic"), ("pg18", "connect")],
+    indirect=True,
+)
+def test_odd_names_and_moved_toast(lake: Lake) -> None:
+    apply(lake, ODD)
+    apply(lake, ODD_MOVES)
