@@ -1,5 +1,5 @@
 """Decode speed on synthetic streams of the ``bench`` and ``typed`` tables
-(``tests/synthetic.py``): varied values of every shape, not one server capture.
+(``tests/support/synthetic.py``): varied values of every shape, not one server capture.
 
 From Python, one core: ``feed_many`` + ``take()`` per 100,000 messages, with the default
 constructor and with ``keep_events=False``, text and binary; pypgoutput + pyarrow on the

@@ -1,5 +1,5 @@
 //! Loads the golden pgoutput captures of `tests/fixtures/captures/` (recorded from real
-//! PostgreSQL 15 and 18 servers by `tests/capture/record.py`).
+//! PostgreSQL 15 and 18 servers by `tests/support/capture/record.py`).
 
 #![allow(
     dead_code,

@@ -1,7 +1,7 @@
 """The decoder against the golden pgoutput captures (no server needed).
 
 The captures in tests/fixtures/captures were recorded from real PostgreSQL 15 and 18 servers
-by tests/capture/record.py; tests/scenario_checks.py says what each must decode to.
+by tests/support/capture/record.py; tests/support/scenario_checks.py says what each must decode to.
 """
 
 from __future__ import annotations

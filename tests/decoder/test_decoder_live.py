@@ -1,8 +1,8 @@
 """The decoder against pgoutput output recorded on the spot from PostgreSQL 15 and 18.
 
-Every capture scenario (tests/capture/record.py) is run against a fresh database on each
+Every capture scenario (tests/support/capture/record.py) is run against a fresh database on each
 server, and what the server sends now must satisfy the same checks as the golden captures
-(tests/scenario_checks.py). A live capture must also match the golden one structurally, so a
+(tests/support/scenario_checks.py). A live capture must also match the golden one structurally, so a
 change of server behaviour shows up as a clear failure here rather than as stale fixtures.
 """
 

@@ -1,12 +1,12 @@
 """A ``pgwire_cdc.stream()`` consumer in a process of its own, so that its peak RSS is its
-own: used by tests/test_large_transactions.py.
+own: used by tests/live/test_large_transactions.py.
 
 Streams ``public.big`` from an existing slot (no snapshot), acks every batch, and stops
 after a row arrives in ``public.done`` (or after ``--max-batches``). Prints one JSON line:
 rows and id sum of ``big``, distinct commit LSNs, batches, the largest batch, and the
 process's peak RSS (``VmHWM``).
 
-    python tests/big_tx_consumer.py DSN --slot s1 [--streaming on|off] [--spill-dir D]
+    python tests/support/big_tx_consumer.py DSN --slot s1 [--streaming on|off] [--spill-dir D]
         [--spill-threshold BYTES] [--max-batch-rows N] [--sleep S] [--max-batches N]
 """
 

@@ -1,9 +1,9 @@
-"""What the decoder must produce for each capture scenario (tests/capture/record.py).
+"""What the decoder must produce for each capture scenario (tests/support/capture/record.py).
 
-Shared by the offline suite (tests/test_captures.py, over the JSON captures) and the live
-suite (tests/test_decoder_live.py, over captures recorded on the spot from PostgreSQL 15 and
+Shared by the offline suite (tests/decoder/test_captures.py, over the JSON captures) and the live
+suite (tests/decoder/test_decoder_live.py, over captures recorded on the spot from PostgreSQL 15 and
 18). Expected values come from the scenario's SQL; LSNs, xids and timestamps come from the
-captured bytes, read with the small structure reader in tests/capture/wire.py.
+captured bytes, read with the small structure reader in tests/support/capture/wire.py.
 
 `check_capture_events` runs the invariants every capture must satisfy, then the scenario's
 own check from `CHECKS`.

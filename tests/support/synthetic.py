@@ -12,7 +12,7 @@ shapes and uuids. The messages are exactly what pgoutput (protocol 1) sends for
            flag bool, score float8, doc jsonb, uid uuid)
 
 in text format, or with ``binary 'true'`` in the types' binary send formats; a seeded
-random generator makes them reproducible. ``tests/test_event_values.py`` and
+random generator makes them reproducible. ``tests/decoder/test_event_values.py`` and
 ``benches/`` use them.
 
 The ``typed`` table holds the same values less the name and the flag,

@@ -1,5 +1,5 @@
 //! `_native.PgConnection` and `_native.PgReplicationStream`: a thin test surface over the
-//! Rust client (`crate::pg`) for tests/test_pg_client.py, compiled only with the Cargo
+//! Rust client (`crate::pg`) for tests/client/test_pg_client.py, compiled only with the Cargo
 //! feature `test-client` (`make build`; not the shipped wheel). Every network wait runs
 //! with the GIL released; errors become `pgwire_cdc.errors` exceptions in `errors.rs`.
 

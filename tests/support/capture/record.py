@@ -17,7 +17,7 @@ database, the scenario's tables and publication, a logical replication slot with
 `xid` is the SQL interface's xid column (null for walsender captures, where `lsn` is the
 XLogData frame's walStart).
 
-Run it with ``make captures`` (or ``python tests/capture/record.py [scenario ...]``). The
+Run it with ``make captures`` (or ``python tests/support/capture/record.py [scenario ...]``). The
 test suites import `record_scenario` to record the same scenarios live.
 """
 
