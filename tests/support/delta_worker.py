@@ -130,7 +130,8 @@ def main() -> None:
         jars = os.path.join(os.path.dirname(__file__), "..", "..", ".cache", "jars", "delta")
         if os.path.isdir(jars):
             os.environ.setdefault("PGWIRE_CDC_DELTA_JARS", os.path.abspath(jars))
-        spark = session("delta_worker", "local[1]", delta=True, **{"spark.ui.enabled": "false"})
+        conf: dict[str, Any] = {"spark.ui.enabled": "false"}
+        spark = session("delta_worker", "local[1]", delta=True, **conf)
     total = delta.run(
         args.dsn,
         args.path,

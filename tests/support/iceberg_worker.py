@@ -27,6 +27,7 @@ import json
 import os
 import sys
 import threading
+from typing import Any
 
 from pgwire_cdc import iceberg
 
@@ -54,7 +55,7 @@ def main() -> None:
     if os.path.isdir(jars):
         os.environ.setdefault("PGWIRE_CDC_ICEBERG_JARS", os.path.abspath(jars))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    conf = iceberg.local_catalog_conf(CATALOG, args.path)
+    conf: dict[str, Any] = dict(iceberg.local_catalog_conf(CATALOG, args.path))
     conf.update(
         {
             "spark.ui.enabled": "false",

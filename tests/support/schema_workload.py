@@ -35,7 +35,7 @@ class Step:
 
     def run(self, conn: psycopg.Connection[Any]) -> None:
         for statement in self.sql:
-            conn.execute(statement)  # type: ignore[arg-type]
+            conn.execute(statement)
 
     def check(self, conn: psycopg.Connection[Any], read: Callable[[str], pa.Table]) -> None:
         """Asserts that each lake table, as ``read(source table name)`` returns it, holds
@@ -51,7 +51,7 @@ def assert_holds(
     conn: psycopg.Connection[Any], select: str, table: pa.Table, label: str = ""
 ) -> None:
     """``table`` has exactly the columns of ``select`` (in any order) and its rows."""
-    cursor = conn.execute(select)  # type: ignore[arg-type]
+    cursor = conn.execute(select)
     assert cursor.description is not None
     columns = [d.name for d in cursor.description]
     want = sorted((tuple(norm(v) for v in row) for row in cursor.fetchall()), key=repr)

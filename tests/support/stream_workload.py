@@ -25,6 +25,7 @@ from uuid import UUID
 
 import psycopg
 import pyarrow as pa
+from psycopg.types.json import Jsonb
 
 SCHEMA = """
 CREATE TABLE items (
@@ -98,7 +99,10 @@ class Workload:
 
     def item_values(self) -> list[Any]:
         r = self.rng
-        maybe = lambda v: None if r.random() < 0.1 else v  # noqa: E731
+
+        def maybe(v: Any) -> Any:
+            return None if r.random() < 0.1 else v
+
         return [
             self.text(),
             maybe(r.randint(-(2**31), 2**31 - 1)),
@@ -113,7 +117,7 @@ class Workload:
             ),
             maybe([self.text(4) for _ in range(r.randint(0, 3))]),
             maybe([None if r.random() < 0.2 else r.randint(-1000, 1000) for _ in range(3)]),
-            maybe(psycopg.types.json.Jsonb({"k": self.text(3), "n": r.randint(0, 9)})),
+            maybe(Jsonb({"k": self.text(3), "n": r.randint(0, 9)})),
             maybe(UUID(int=r.getrandbits(128))),
             maybe(bytes(r.getrandbits(8) for _ in range(r.randint(0, 16)))),
             maybe(timedelta(days=r.randint(0, 400), microseconds=r.randint(0, 86_399_999_999))),
@@ -166,11 +170,11 @@ class Workload:
         elif op < 0.68:
             # Primary-key change (the old key travels in the old image).
             i = r.choice(sorted(self.item_ids))
-            new = self.next_id
+            new_id = self.next_id
             self.next_id += 1
-            cur.execute("UPDATE items SET id = %s WHERE id = %s", (new, i))
+            cur.execute("UPDATE items SET id = %s WHERE id = %s", (new_id, i))
             self.item_ids.discard(i)
-            self.item_ids.add(new)
+            self.item_ids.add(new_id)
         elif op < 0.74:
             i = r.choice(sorted(self.item_ids))
             values = self.item_values()
