@@ -81,6 +81,7 @@ import pyarrow.compute as pc  # noqa: E402
 from bench_common import check_release_build, machine_info  # noqa: E402
 from live import BENCH_TABLE, SETTINGS, fill, lsn_now  # noqa: E402
 from pgwire_cdc import delta  # noqa: E402
+from pgwire_cdc.lakehouse.shape import data_columns, lake_shape  # noqa: E402
 from pgwire_cdc.streaming import Batch  # noqa: E402
 from pgwire_cdc.tables import table_of  # noqa: E402
 from support.server import PgCluster  # noqa: E402
@@ -468,7 +469,7 @@ def build_table(template: pa.Table, rows: int, rows_per_file: int, path: str) ->
     columns, tile after tile, ids shifted by the tile's offset; one file per tile."""
     from deltalake import write_deltalake
 
-    data = delta.delta_shape(template).select(delta.data_columns(template))
+    data = lake_shape(template).select(data_columns(template))
     tile = data.slice(0, rows_per_file)
     ids = tile.schema.get_field_index("id")
     for lo in range(0, rows, rows_per_file):

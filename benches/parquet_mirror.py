@@ -57,7 +57,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pgwire_cdc import _native
 from pgwire_cdc.errors import Error
-from pgwire_cdc.tables import METADATA_COLUMNS, mark_unchanged, table_of
+from pgwire_cdc.tables import METADATA_COLUMNS, mark_unchanged, parse_segment_key, table_of
 
 if TYPE_CHECKING:
     from pgwire_cdc.streaming import Batch
@@ -332,7 +332,7 @@ class Mirror:
         prior = state.watermark
         touched: dict[str, pa.Table] = {}
         for key, changes in tables.items():
-            name = key.split("@", 1)[0]
+            name = parse_segment_key(key)[0]
             # Every table against the watermark from before this batch: the rows of
             # different tables interleave in commit order.
             changes, skipped = _after_watermark(changes, prior)

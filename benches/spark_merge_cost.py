@@ -168,9 +168,10 @@ class Worker:
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
         from pgwire_cdc import delta
+        from pgwire_cdc.lakehouse.shape import data_columns, lake_shape
 
         template = pq.read_table(template_path)
-        data = delta.delta_shape(template).select(delta.data_columns(template))
+        data = lake_shape(template).select(data_columns(template))
         writer = delta.DeltaSink(os.path.dirname(path), "spark", self.spark).writer
         start = time.perf_counter()
         for lo in range(0, rows, tile):

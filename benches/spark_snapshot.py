@@ -278,11 +278,15 @@ def run_stream(dsn: str, slot: str, delta_path: str | None) -> int:
 
 
 def delta_rows(path: str) -> int:
-    """Rows of the sink's Delta table of ``public.bench`` under ``path``."""
-    from deltalake import DeltaTable
+    """Rows of the sink's Delta table of ``public.bench`` under ``path`` (read by
+    DataFusion, which applies deletion vectors)."""
+    from deltalake import DeltaTable, QueryBuilder
     from pgwire_cdc.delta import table_path
+    from pgwire_cdc.tables import table_of
 
-    return int(DeltaTable(table_path(path, "public.bench")).to_pyarrow_dataset().count_rows())
+    table = DeltaTable(table_path(path, "public.bench"))
+    counted = table_of(QueryBuilder().register("t", table).execute("SELECT count(*) AS n FROM t"))
+    return int(counted["n"][0].as_py())
 
 
 # -- Spark (a child process per master) -------------------------------------------------

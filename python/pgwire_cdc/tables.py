@@ -46,6 +46,19 @@ def key_columns(table: pa.Table | pa.Schema) -> list[str] | None:
     return keys or None
 
 
+def segment_key(name: str, version: int) -> str:
+    """The key of a source table's change table of schema ``version`` (1, 2, ...):
+    ``"schema.table"``, then ``"schema.table@2"`` (see the module documentation)."""
+    return name if version == 1 else f"{name}@{version}"
+
+
+def parse_segment_key(key: str) -> tuple[str, int]:
+    """The source table and schema version a change table's key names
+    (:func:`segment_key`): ``"s.t@2"`` → ``("s.t", 2)``."""
+    name, _, version = key.partition("@")
+    return name, int(version or 1)
+
+
 def table_of(stream: Any) -> pa.Table:
     """A pyarrow Table of an Arrow C stream (``__arrow_c_stream__``), without a copy.
 
@@ -75,7 +88,7 @@ def merge_segments(segments: Iterable[tuple[str, pa.Table]]) -> dict[str, pa.Tab
     out: dict[str, pa.Table] = {}
     for name, versions in groups.items():
         for i, tables in enumerate(versions):
-            out[name if i == 0 else f"{name}@{i + 1}"] = _merge(tables)
+            out[segment_key(name, i + 1)] = _merge(tables)
     return out
 
 

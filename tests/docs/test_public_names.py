@@ -55,7 +55,6 @@ DOCUMENTED = [
             "ApplyStats",
             "Position",
             "position",
-            "key_columns",
             "WRITERS",
             "APP_ID",
             "Writer",
@@ -189,4 +188,3 @@ def test_the_spark_package_keeps_its_names_callable() -> None:
 
     assert callable(spark.session) and callable(spark.register) and callable(spark.to_spark)
     assert callable(delta.run) and callable(delta.position) and callable(delta.apply)
-    assert pgwire_cdc.delta.key_columns is pgwire_cdc.tables.key_columns

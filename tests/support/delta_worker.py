@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pgwire_cdc import delta
+from pgwire_cdc.tables import parse_segment_key
 
 STEPS = ("committed", "between-tables", "before-ack")
 
@@ -80,7 +81,7 @@ def crash_points(
     apply = sink_class.apply
 
     def apply_then_maybe_crash(sink: Any, batch: Any) -> Any:
-        names = {key.partition("@")[0] for key, t in batch.tables.items() if t.num_rows}
+        names = {parse_segment_key(key)[0] for key, t in batch.tables.items() if t.num_rows}
         current.update(tables=len(names), commits=0)
         stats = apply(sink, batch)
         if stats.commits:

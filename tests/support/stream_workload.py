@@ -25,6 +25,7 @@ from uuid import UUID
 
 import psycopg
 import pyarrow as pa
+from pgwire_cdc.tables import parse_segment_key
 from psycopg.types.json import Jsonb
 
 SCHEMA = """
@@ -260,7 +261,7 @@ class Mirror:
 
     def apply(self, tables: dict[str, pa.Table]) -> None:
         for name, table in tables.items():
-            base = name.split("@", 1)[0]
+            base = parse_segment_key(name)[0]
             data_columns = [c for c in table.column_names if not c.startswith("_")]
             self.columns.setdefault(base, data_columns)
             for row in table.to_pylist():

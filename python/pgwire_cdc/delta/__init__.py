@@ -7,17 +7,19 @@ column of its own.
 
 Two writers, one semantics:
 
-* ``"delta-rs"`` (default): no JVM. Its MERGE into a table with deletion vectors (tables
-  it creates with ``run(..., deletion_vectors=True)``, the Spark writer's, or any after
-  :func:`enable_deletion_vectors`) marks the changed rows in deletion vectors and appends
-  their new images, rewriting no data file (``_native.DeltaDvTable``, Rust: it reads only the
-  key columns of the files whose statistics can hold a changed key; the commit goes
-  through the deltalake crate's transaction machinery). A table without the feature,
-  partitioned, with column mapping or on an object store, and a batch with a truncate,
-  take the ``deltalake`` package's MERGE, which rewrites every data file holding a changed
-  row (copy-on-write). :func:`compact` purges deletion vectors and small files (safe while
-  the stream runs). Tables stay copy-on-write by default because some readers cannot
-  apply deletion vectors (``DeltaTable.to_pyarrow_table`` refuses them).
+* ``"delta-rs"`` (default): no JVM. Its MERGE into a table with deletion vectors (the
+  tables it creates in a local directory, unless ``run(..., deletion_vectors=False)``; the
+  Spark writer's; any after :func:`enable_deletion_vectors`) marks the changed rows in
+  deletion vectors and appends their new images, rewriting no data file
+  (``_native.DeltaDvTable``, Rust: it reads only the key columns of the files whose
+  statistics can hold a changed key; the commit goes through the deltalake crate's
+  transaction machinery). A table without the feature, partitioned, with column mapping or
+  on an object store, and a batch with a truncate, take the ``deltalake`` package's MERGE,
+  which rewrites every data file holding a changed row (copy-on-write). :func:`compact`
+  purges deletion vectors and small files (safe while the stream runs).
+  ``deletion_vectors=False`` keeps new tables copy-on-write, for readers that cannot apply
+  deletion vectors (``DeltaTable.to_pyarrow_table`` refuses them; docs/delta.md lists
+  them).
 * ``"spark"``: ``MERGE INTO`` run by Spark with Delta Lake's own jars
   (:func:`pgwire_cdc.spark.session` with ``delta=True``). Tables it creates have deletion
   vectors on, so a MERGE marks changed rows instead of rewriting their files.
@@ -73,57 +75,47 @@ under ``pgwire_cdc.progress``), so a restart resumes a table's copy where its ro
 
 The modules
 -----------
-:mod:`pgwire_cdc.lakehouse` (pure state and SQL shared with the Iceberg sink),
+:mod:`pgwire_cdc.lakehouse` (the sink's state machine, pure state and SQL shared with the
+Iceberg sink),
 :mod:`~pgwire_cdc.delta.table` (paths,
 reading, the stored types, positions read from the log), :mod:`~pgwire_cdc.delta.stores`
 (object stores: the ``s3://``/``s3a://`` mapping and S3A settings),
 :mod:`~pgwire_cdc.delta.catalog` (tables named in a Spark catalog, Spark writer only),
 :mod:`~pgwire_cdc.delta.writers` (the :class:`Writer` protocol and both writers),
-:mod:`~pgwire_cdc.delta.sink`
-(:class:`DeltaSink`) and :mod:`~pgwire_cdc.delta.api` (:func:`run`, :func:`apply`,
+:mod:`~pgwire_cdc.delta.sink` (:class:`DeltaTables`, Delta as a table format, and
+:class:`DeltaSink`) and :mod:`~pgwire_cdc.delta.api` (:func:`run`, :func:`apply`,
 :func:`merge_changes`); this package re-exports their public names.
 """
 
 from __future__ import annotations
 
-from ..lakehouse.positions import APP_ID, PROGRESS_APP_ID, Commit
-from ..lakehouse.shape import data_columns
-from ..lakehouse.shape import lake_shape as delta_shape
-from ..lakehouse.sql import merge_clauses
+from ..lakehouse.positions import APP_ID
 from ..lakehouse.stats import ApplyStats
-from ..tables import key_columns
 from .api import apply, merge_changes, run
 from .maintain import compact, enable_deletion_vectors
-from .sink import DeltaSink, fill_moved
+from .sink import DeltaSink, DeltaTables
 from .stores import s3a_conf, spark_path
 from .table import Position, position, read_table, table_path
-from .writers import WRITERS, DeltaRsWriter, SparkWriter, Writer, writer_for
+from .writers import WRITERS, DeltaRsWriter, SparkWriter, Writer
 
 __all__ = [
     "APP_ID",
-    "PROGRESS_APP_ID",
     "WRITERS",
     "ApplyStats",
-    "Commit",
     "DeltaRsWriter",
     "DeltaSink",
+    "DeltaTables",
     "Position",
     "SparkWriter",
     "Writer",
     "apply",
     "compact",
-    "data_columns",
-    "delta_shape",
     "enable_deletion_vectors",
-    "fill_moved",
-    "key_columns",
     "merge_changes",
-    "merge_clauses",
     "position",
     "read_table",
     "run",
     "s3a_conf",
     "spark_path",
     "table_path",
-    "writer_for",
 ]

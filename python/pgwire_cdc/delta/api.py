@@ -34,7 +34,7 @@ def apply(
     catalog: str | None = None,
     schema: str | None = None,
     table_name: Callable[[str], str] | None = None,
-    deletion_vectors: bool = False,
+    deletion_vectors: bool | None = None,
     auto_compact: bool = True,
 ) -> ApplyStats:
     """Commits one ``stream()`` batch to the Delta tables under ``path`` (or, with
@@ -120,7 +120,7 @@ def run(
     on_batch: Callable[[DeltaSink, Batch, ApplyStats], None] | None = None,
     on_step: Callable[[str], None] | None = None,
     storage_options: Mapping[str, str] | None = None,
-    deletion_vectors: bool = False,
+    deletion_vectors: bool | None = None,
     auto_compact: bool = True,
     **stream_options: Any,
 ) -> ApplyStats:
@@ -140,9 +140,12 @@ def run(
     ``table_name("s.t")`` when given. The catalog places the tables (managed tables);
     with ``path`` too, they are external tables at :func:`table_path` under it.
 
-    ``deletion_vectors=True``: tables the delta-rs writer creates have deletion vectors on,
-    so its MERGEs retire changed rows in deletion vectors instead of rewriting files (see
-    *Deletion vectors without a JVM* in docs/delta.md: readers must apply them).
+    ``deletion_vectors``: tables the delta-rs writer creates on a local file system have
+    deletion vectors on by default (None), so its MERGEs retire changed rows in deletion
+    vectors instead of rewriting files (see *Deletion vectors without a JVM* in
+    docs/delta.md: readers must apply them); ``False`` creates copy-on-write tables,
+    ``True`` deletion-vector tables on object stores too. Tables that exist keep what
+    they have.
     ``auto_compact`` (default): after a MERGE by deletion vectors the delta-rs writer
     compacts the table when it has gathered enough small files or deleted rows (see
     :mod:`~pgwire_cdc.delta.maintain`); False leaves that to :func:`compact`."""

@@ -1,7 +1,8 @@
 """The two ways of writing Delta commits, behind one :class:`Writer` protocol.
 
 * :class:`DeltaRsWriter` (``"delta-rs"``): no JVM. A MERGE into a table with deletion
-  vectors (created so with ``deletion_vectors=True``, by the Spark writer, or turned on by
+  vectors (the tables it creates on a local file system by default, the Spark writer's, or
+  any turned on by
   :func:`~pgwire_cdc.delta.enable_deletion_vectors`) retires the changed rows by deletion
   vectors and appends their new images (``_native.DeltaDvTable``: only the key columns of the
   files that can hold a changed key are read, no data file is rewritten). Other tables
@@ -81,7 +82,7 @@ class DeltaRsWriter:
         self,
         storage_options: StorageOptions = None,
         *,
-        deletion_vectors: bool = False,
+        deletion_vectors: bool | None = None,
         auto_compact: bool = True,
     ) -> None:
         try:
@@ -91,7 +92,9 @@ class DeltaRsWriter:
                 "the delta-rs writer needs the deltalake package: pip install 'deltalake>=1.6'"
             ) from e
         self.storage_options = dict(storage_options) if storage_options is not None else None
-        #: Whether tables this writer creates have deletion vectors on.
+        #: Whether tables this writer creates have deletion vectors on; None: on a local
+        #: file system, where its MERGEs use them, and off on an object store (where its
+        #: MERGE copies files either way: :meth:`merge_in_place`).
         self.deletion_vectors = deletion_vectors
         #: Whether a MERGE by deletion vectors is followed by the table's compaction
         #: when it needs one (:func:`~pgwire_cdc.delta.maintain.compact_after_merge`).
@@ -124,9 +127,14 @@ class DeltaRsWriter:
             path,
             schema.empty_table(),
             mode="append",
-            configuration=DELETION_VECTORS if self.deletion_vectors else None,
+            configuration=DELETION_VECTORS if self._with_deletion_vectors(path) else None,
             storage_options=self.storage_options,
         )
+
+    def _with_deletion_vectors(self, path: str) -> bool:
+        if self.deletion_vectors is not None:
+            return self.deletion_vectors
+        return _local(path)
 
     def merge_in_place(
         self, path: str, source: pa.Table, keys: list[str], commit: Commit
@@ -135,7 +143,7 @@ class DeltaRsWriter:
         None, having done nothing, when the table at ``path`` cannot take them."""
         if path not in self._in_place:
             self._in_place[path] = None
-            if "://" not in path or path.startswith("file://"):
+            if _local(path):
                 opened = _native.DeltaDvTable(path, self.storage_options)
                 reason = opened.unsupported()
                 if reason is None:
@@ -213,7 +221,7 @@ class DeltaRsWriter:
         # An overwrite may change the schema: the table is opened again for the next MERGE.
         self._in_place.pop(path, None)
         # A table this write creates gets deletion vectors as create() gives them.
-        new = self.deletion_vectors and open_table(path, self.storage_options) is None
+        new = self._with_deletion_vectors(path) and open_table(path, self.storage_options) is None
         configuration = DELETION_VECTORS if new else None
         if mode == "overwrite":
             write_deltalake(
@@ -428,13 +436,14 @@ def writer_for(
     writer: str | Writer,
     spark: SparkSession | None = None,
     storage_options: StorageOptions = None,
-    deletion_vectors: bool = False,
+    deletion_vectors: bool | None = None,
     auto_compact: bool = True,
 ) -> Writer:
     """The writer named ``writer`` (one of :data:`WRITERS`), or ``writer`` itself.
-    ``deletion_vectors``: the delta-rs writer creates tables with deletion vectors on (the
-    Spark writer always does); ``auto_compact``: it compacts tables kept by deletion
-    vectors after its MERGEs (:func:`~pgwire_cdc.delta.maintain.compact_after_merge`)."""
+    ``deletion_vectors``: whether the delta-rs writer creates tables with deletion vectors
+    on (None: on a local file system; the Spark writer always does); ``auto_compact``: it
+    compacts tables kept by deletion vectors after its MERGEs
+    (:func:`~pgwire_cdc.delta.maintain.compact_after_merge`)."""
     if not isinstance(writer, str):
         return writer
     if writer == "delta-rs":
@@ -444,3 +453,9 @@ def writer_for(
     if writer == "spark":
         return SparkWriter(spark, storage_options)
     raise ConfigError(f"unknown Delta writer {writer!r}: use one of {', '.join(WRITERS)}")
+
+
+def _local(path: str) -> bool:
+    """Whether the table at ``path`` is on the local file system, where the deletion-vector
+    MERGE runs (it has no object-store client)."""
+    return "://" not in path or path.startswith("file://")

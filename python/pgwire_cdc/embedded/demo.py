@@ -10,8 +10,9 @@
    cancellations, customer renames, key changes, event inserts and deletes) at ``--rate``
    changes per second for ``--seconds``.
 4. Meanwhile the tables are kept as Delta tables in a local warehouse
-   (:class:`pgwire_cdc.delta.DeltaSink`, delta-rs writer): the initial snapshot with a
-   progress bar, then the live stream with a line of throughput and commit-to-table lag.
+   (:func:`pgwire_cdc.delta.run`, delta-rs writer, deletion vectors): the initial snapshot
+   with a progress bar, then the live stream with a line of throughput and
+   commit-to-table lag.
 5. When the writer stops and the stream is idle, every Delta table is read with Spark
    (``spark.read.format("delta")``; with pyarrow under ``--no-spark`` or without pyspark)
    and compared with ``SELECT`` on the source; the summary says whether they are equal
@@ -37,7 +38,7 @@ import pyarrow as pa
 
 from .. import delta
 from ..connection import connect
-from ..streaming import stream
+from ..streaming import Batch
 
 TABLES = ("customers", "orders", "events")
 
@@ -275,51 +276,59 @@ def _stream_live(
     seconds: float,
     total_seed: int,
 ) -> dict[str, Any]:
-    sink = delta.DeltaSink(target)
     totals = delta.ApplyStats()
     lags: list[float] = []
     snapshot_rows = 0
     started = time.monotonic()
     live_started: float | None = None
+
+    def show(_sink: Any, batch: Batch, stats: delta.ApplyStats) -> None:
+        nonlocal snapshot_rows, live_started
+        totals.add(stats)
+        now = datetime.now(timezone.utc)
+        if batch.snapshot:
+            snapshot_rows += batch.rows
+            _say(
+                f"\rsnapshot {_bar(snapshot_rows, total_seed)} "
+                f"{snapshot_rows:,}/{total_seed:,} rows",
+                end="",
+            )
+            return
+        if live_started is None:
+            _say()
+            live_started = time.monotonic()
+        for table in batch.tables.values():
+            if table.num_rows:
+                last = table["_commit_ts"][-1].as_py()
+                if last is not None:
+                    lags.append((now - last).total_seconds())
+        elapsed = max(time.monotonic() - live_started, 1.0)
+        changes = totals.changes - snapshot_rows
+        lag = f"{lags[-1] * 1000:5.0f} ms" if lags else "   -   "
+        state = "writing" if not writer.stop.is_set() else "draining"
+        _say(
+            f"\rlive ({state}): {changes:,} changes applied, {changes / elapsed:,.0f}/s, "
+            f"lag {lag}   ",
+            end="",
+        )
+
     # The writer runs from the start: changes committed during the snapshot come through
     # the stream afterwards, as they would on a busy server.
     writer.start()
     stop_timer = threading.Timer(seconds, writer.stop.set)
     stop_timer.start()
     try:
-        # The stream ends by itself once the writer has stopped and everything is applied.
-        for batch in stream(dsn, publication=pub, slot=slot, idle_timeout=3.0, max_batch_ms=250):
-            stats = sink.apply(batch)
-            batch.ack()
-            totals.add(stats)
-            now = datetime.now(timezone.utc)
-            if batch.snapshot:
-                snapshot_rows += batch.rows
-                _say(
-                    f"\rsnapshot {_bar(snapshot_rows, total_seed)} "
-                    f"{snapshot_rows:,}/{total_seed:,} rows",
-                    end="",
-                )
-                continue
-            if live_started is None:
-                _say()
-                live_started = time.monotonic()
-            for table in batch.tables.values():
-                if table.num_rows:
-                    last = table["_commit_ts"][-1].as_py()
-                    if last is not None:
-                        lags.append((now - last).total_seconds())
-            elapsed = max(time.monotonic() - live_started, 1.0)
-            changes = totals.changes - snapshot_rows
-            lag = f"{lags[-1] * 1000:5.0f} ms" if lags else "   -   "
-            state = "writing" if not writer.stop.is_set() else "draining"
-            _say(
-                f"\rlive ({state}): {changes:,} changes applied, {changes / elapsed:,.0f}/s, "
-                f"lag {lag}   ",
-                end="",
-            )
-            if writer.stop.is_set() and not writer.is_alive() and writer.error is not None:
-                break
+        # The pipeline every sink runs in: each batch committed to the Delta tables, then
+        # acked. It ends by itself once the writer has stopped and everything is applied.
+        delta.run(
+            dsn,
+            target,
+            publication=pub,
+            slot=slot,
+            idle_timeout=3.0,
+            max_batch_ms=250,
+            on_batch=show,
+        )
     finally:
         stop_timer.cancel()
         writer.stop.set()

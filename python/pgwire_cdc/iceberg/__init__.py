@@ -24,7 +24,7 @@ stays marked), then **one** ``MERGE INTO`` per table::
       [WHEN NOT MATCHED BY SOURCE THEN DELETE]      -- when a truncate came
 
 A row that moved to a new key with a column unchanged takes it from the row under the
-old key, joined inside the MERGE's source query (it reads the same snapshot). A table
+old key, read just before the MERGE (:mod:`pgwire_cdc.lakehouse.moved`). A table
 without a replica-identity key (REPLICA IDENTITY FULL) is a multiset of rows: read,
 changed (``_native.apply_changes``) and overwritten in one snapshot. The initial snapshot
 of a new slot is read by Spark tasks under the slot's exported snapshot and written
@@ -43,21 +43,22 @@ Exactly once
 Every snapshot the sink commits records where the stream stands in its summary (Spark's
 ``spark.sql.iceberg.snapshot-property.<key>`` session settings, set and unset around each
 write — plain settings, so Spark Connect sessions work the same): ``pgwire_cdc.lsn``, the
-commit LSN of the last transaction applied in full, and ``pgwire_cdc.partial``
-(``<commit LSN>:<ordinal>``) when a batch ended inside a transaction (its rows are
-committed, the position says how far). On start the position is read from the newest
-snapshot that records one, walking back from the current snapshot past those others made
-(compaction, a user's writes; :func:`position`); rows at or below it are skipped, so a
-batch delivered again after a crash changes nothing. The slot is acked only after every
+commit LSN of the last transaction applied in full, and ``pgwire_cdc.partial`` (``<commit
+LSN>:<ordinal>``) when a batch ended inside a transaction (its rows are committed in a
+snapshot of their own, the position says how far). On start the position is read from the
+newest snapshot that records one, walking back from the current snapshot past those others
+made (compaction, a user's writes; :func:`position`); rows at or below it are skipped, so
+a batch delivered again after a crash changes nothing. The slot is acked only after every
 table's snapshot is committed.
 
 The modules
 -----------
-:mod:`pgwire_cdc.lakehouse` (pure pieces shared with the Delta sink),
+:mod:`pgwire_cdc.lakehouse` (the sink's state machine, shared with Delta),
 :mod:`~pgwire_cdc.iceberg.catalog` (catalog settings), :mod:`~pgwire_cdc.iceberg.table`
-(names, positions, pyiceberg reads), :mod:`~pgwire_cdc.iceberg.sink`
-(:class:`IcebergSink`) and :mod:`~pgwire_cdc.iceberg.api` (:func:`run`, :func:`apply`,
-:func:`merge_changes`, :func:`maintain`); this package re-exports their public names.
+(names, positions, pyiceberg reads), :mod:`~pgwire_cdc.iceberg.sink` (:class:`IcebergTables`,
+Iceberg as a table format, and :class:`IcebergSink`) and :mod:`~pgwire_cdc.iceberg.api`
+(:func:`run`, :func:`apply`, :func:`merge_changes`, :func:`maintain`); this package
+re-exports their public names.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from __future__ import annotations
 from ..lakehouse.stats import ApplyStats
 from .api import apply, maintain, merge_changes, run, table_sql_name
 from .catalog import catalog_conf, local_catalog, local_catalog_conf, local_catalog_properties
-from .sink import DEFAULT_PROPERTIES, IcebergSink
+from .sink import DEFAULT_PROPERTIES, IcebergSink, IcebergTables
 from .table import LSN_KEY, PARTIAL_KEY, PROGRESS_KEY, Position, position, read_table, table_ref
 
 __all__ = [
@@ -75,6 +76,7 @@ __all__ = [
     "PROGRESS_KEY",
     "ApplyStats",
     "IcebergSink",
+    "IcebergTables",
     "Position",
     "apply",
     "catalog_conf",

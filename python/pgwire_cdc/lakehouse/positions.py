@@ -10,9 +10,10 @@ Delta table's log as transaction identifiers (``txn`` actions, see
   transaction that a batch cut in two.
 
 This module decides which rows of a change table lie past such a position
-(:func:`unapplied`), how a batch's change table is cut into commits (:func:`cut`), and
-reads and writes the incremental-snapshot progress a commit carries in its
-``userMetadata`` (:meth:`Commit.metadata`, :func:`progress_of`).
+(:func:`unapplied`), how a batch's change table is cut into commits and what each records
+(:func:`marks`: a :class:`Mark` per commit, in any format; :func:`cut`: Delta's
+transaction identifiers), and reads and writes the incremental-snapshot progress a commit
+carries in its ``userMetadata`` (:meth:`Commit.metadata`, :func:`progress_of`).
 """
 
 from __future__ import annotations
@@ -112,40 +113,64 @@ def unapplied(
     return after(changes, lsn, (first, ordinal))
 
 
-def cut(
-    changes: pa.Table, batch_lsn: int, progress: Any = NO_PROGRESS
-) -> list[tuple[pa.Table, Commit]]:
-    """``changes`` (non-empty, in commit order) as the commits that record them. When the
-    batch's LSN lies past the last row's commit LSN, every transaction is complete: one
-    commit, at that commit LSN. Otherwise the batch ends inside the transaction of its
-    last row: the complete transactions before it form one commit (at the last of their
-    commit LSNs), the rows of the cut one a commit of their own under its
-    :func:`txn_id`, at its last ordinal. ``progress`` goes with the last commit."""
+@dataclass(frozen=True)
+class Mark:
+    """Where a table stands once one commit of the sink's is made, as any format records
+    it: ``lsn`` the commit LSN of the last transaction applied in full (None: none yet),
+    ``partial`` (commit LSN, last ordinal applied) of a transaction a batch cut in two,
+    ``progress`` an incremental copy's progress (a key list, None once complete) or
+    :data:`NO_PROGRESS`."""
+
+    lsn: int | None
+    partial: tuple[int, int] | None = None
+    progress: Any = NO_PROGRESS
+
+    def commit(self) -> Commit:
+        """The Delta transaction identifier recording this mark (one per commit: the
+        Spark writer's commits take one): the cut transaction's own under
+        :func:`txn_id`, else :data:`APP_ID` at ``lsn``."""
+        if self.partial is not None:
+            return Commit(txn_id(self.partial[0]), self.partial[1], self.progress)
+        if self.lsn is None:
+            raise ValueError("a mark without a position records no transaction identifier")
+        return Commit(APP_ID, self.lsn, self.progress)
+
+    def ordinal_of(self, txn: str) -> int | None:
+        """How far into the cut transaction ``txn`` (a :func:`txn_id`) this mark
+        reaches; None for any other transaction."""
+        if self.partial is not None and txn_id(self.partial[0]) == txn:
+            return self.partial[1]
+        return None
+
+
+def marks(
+    changes: pa.Table, batch_lsn: int, lsn: int | None = None, progress: Any = NO_PROGRESS
+) -> list[tuple[pa.Table, Mark]]:
+    """``changes`` (non-empty, in commit order, past a table standing at ``lsn``) as the
+    commits that record them. When the batch's LSN lies past the last row's commit LSN,
+    every transaction is complete: one commit, at that commit LSN. Otherwise the batch
+    ends inside the transaction of its last row: the complete transactions before it form
+    one commit (at the last of their commit LSNs), the rows of the cut one a commit of
+    their own that records it as partial, at its last ordinal. ``progress`` goes with the
+    last commit."""
     last = int(changes["_commit_lsn"][-1].as_py())
     if batch_lsn > last:
-        return [(changes, Commit(APP_ID, last, progress))]
+        return [(changes, Mark(last, None, progress))]
     commit = changes["_commit_lsn"]
     head = changes.filter(pc.less(commit, last))
     tail = changes.filter(pc.equal(commit, last))
     parts = []
     if head.num_rows:
-        parts.append((head, Commit(APP_ID, int(head["_commit_lsn"][-1].as_py()))))
+        lsn = int(head["_commit_lsn"][-1].as_py())
+        parts.append((head, Mark(lsn)))
     ordinal = int(tail["_tx_ordinal"][-1].as_py())
-    parts.append((tail, Commit(txn_id(last), ordinal, progress)))
+    parts.append((tail, Mark(lsn, (last, ordinal), progress)))
     return parts
 
 
-def reached(
-    changes: pa.Table, batch_lsn: int, lsn: int | None
-) -> tuple[int | None, tuple[int, int] | None]:
-    """Where a table stands once ``changes`` (non-empty, in commit order, past the table's
-    position ``lsn``) are applied in one commit: the commit LSN of the last transaction
-    applied in full, and (commit LSN, last ordinal) of a transaction the batch cut in two
-    (its LSN ``batch_lsn`` does not lie past the last row's commit), else None. The same
-    cut as :func:`cut`, recorded by one commit where a format can record both at once."""
-    last = int(changes["_commit_lsn"][-1].as_py())
-    if batch_lsn > last:
-        return last, None
-    head = changes.filter(pc.less(changes["_commit_lsn"], last))
-    complete = int(head["_commit_lsn"][-1].as_py()) if head.num_rows else lsn
-    return complete, (last, int(changes["_tx_ordinal"][-1].as_py()))
+def cut(
+    changes: pa.Table, batch_lsn: int, progress: Any = NO_PROGRESS
+) -> list[tuple[pa.Table, Commit]]:
+    """:func:`marks` as Delta's transaction identifiers record them: the complete
+    transactions under :data:`APP_ID`, a cut one under its :func:`txn_id`."""
+    return [(part, mark.commit()) for part, mark in marks(changes, batch_lsn, None, progress)]

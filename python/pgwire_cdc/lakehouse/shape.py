@@ -1,14 +1,49 @@
-"""The column types a lakehouse table stores: the change table's, as Spark types them
-(``time`` as strings: :mod:`pgwire_cdc.spark.types`), with plain (not view or large)
-strings and binaries, decoded dictionaries, and every nested field nullable."""
+"""The column types a lakehouse table stores: the change table's, with ``time`` as
+``HH:MM:SS.ffffff`` strings (Delta Lake has no time type, and Spark's is off by default:
+:mod:`pgwire_cdc.spark.types` says more), plain (not view or large) strings and binaries,
+decoded dictionaries, and every nested field nullable."""
 
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.types as pat
 
 from ..errors import ConfigError
-from ..spark.types import for_spark
 from ..tables import METADATA_COLUMNS
+
+
+def has_time(arrow: pa.DataType) -> bool:
+    if pat.is_time(arrow):
+        return True
+    if pat.is_struct(arrow):
+        return any(has_time(f.type) for f in arrow)
+    if pat.is_list(arrow) or pat.is_large_list(arrow):
+        return has_time(arrow.value_type)
+    return False
+
+
+def _time_as_string(arrow: pa.DataType) -> pa.DataType:
+    """``arrow`` with every time type (nested ones too) replaced by string."""
+    if pat.is_time(arrow):
+        return pa.string()
+    if pat.is_struct(arrow):
+        return pa.struct([f.with_type(_time_as_string(f.type)) for f in arrow])
+    if pat.is_list(arrow):
+        return pa.list_(arrow.value_field.with_type(_time_as_string(arrow.value_type)))
+    if pat.is_large_list(arrow):
+        return pa.large_list(arrow.value_field.with_type(_time_as_string(arrow.value_type)))
+    return arrow
+
+
+def times_as_strings(table: pa.Table) -> pa.Table:
+    """The table with its time columns as ``HH:MM:SS.ffffff`` strings (cast by Arrow, no
+    per-row Python); other columns as they are."""
+    if not any(has_time(f.type) for f in table.schema):
+        return table
+    schema = pa.schema(
+        [f.with_type(_time_as_string(f.type)) for f in table.schema], metadata=table.schema.metadata
+    )
+    return table.cast(schema)
 
 
 def data_columns(table: pa.Table) -> list[str]:
@@ -40,10 +75,9 @@ def plain_schema(schema: pa.Schema) -> pa.Schema:
 
 
 def lake_shape(changes: pa.Table) -> pa.Table:
-    """The change table in the types the table holds: time as strings (see
-    :mod:`pgwire_cdc.spark.types`), dictionaries decoded, nested fields nullable. The metadata
-    columns stay as they are."""
-    changes = for_spark(changes)
+    """The change table in the types the table holds: time as strings, dictionaries
+    decoded, nested fields nullable. The metadata columns stay as they are."""
+    changes = times_as_strings(changes)
     fields = [
         f if f.name in METADATA_COLUMNS else pa.field(f.name, plain_type(f.type), True, f.metadata)
         for f in changes.schema

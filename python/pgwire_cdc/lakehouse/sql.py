@@ -60,6 +60,28 @@ def source_columns(source: pa.Table) -> list[str]:
     return list(names[: names.index("_delete")] if "_delete" in names else names)
 
 
+def key_filter(keys: pa.Table, spark: bool = False) -> str | None:
+    """An SQL condition that holds for the rows whose key columns (``keys``' columns)
+    equal one of ``keys``' rows, and maybe for some others (each column in its own IN
+    list); None when a key column is neither an integer nor a string (no filter: every
+    row). ``spark``: Spark SQL's string escapes."""
+    if not all(pa.types.is_integer(f.type) or pa.types.is_string(f.type) for f in keys.schema):
+        return None
+    conditions = []
+    for k in keys.column_names:
+        values = ", ".join(_literal(v, spark) for v in pc.unique(keys[k]).to_pylist())
+        conditions.append(f"{quote_name(k)} IN ({values})")
+    return " AND ".join(conditions)
+
+
+def _literal(value: int | str | None, spark: bool) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, int):
+        return str(value)
+    return sql_string(value, spark)
+
+
 def default_table_name(source: str) -> str:
     """The catalog table name of the source table ``source`` ("schema.table"):
     ``public.Order Lines`` → ``public_order_lines``."""

@@ -1,5 +1,6 @@
 """Change tables in Spark's types: the floor of :mod:`pgwire_cdc.spark` (it imports
-nothing else of the package but its errors), so :meth:`pgwire_cdc.Batch.to_spark` and the
+nothing else of the package but its errors and the stored column types of
+:mod:`pgwire_cdc.lakehouse.shape`), so :meth:`pgwire_cdc.Batch.to_spark` and the
 Delta writers use it without the rest of the Spark support.
 
 ``createDataFrame`` takes the ``pyarrow.Table`` itself (PySpark 4), with an explicit Spark
@@ -40,6 +41,12 @@ import pyarrow as pa
 import pyarrow.types as pat
 
 from ..errors import ConfigError
+from ..lakehouse.shape import has_time as has_time
+from ..lakehouse.shape import times_as_strings
+
+#: The table as Spark takes it: time columns as ``HH:MM:SS.ffffff`` strings (see the module
+#: documentation; the types a lakehouse table stores have them so too).
+for_spark = times_as_strings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -88,40 +95,6 @@ def spark_schema(schema: pa.Schema) -> StructType:
     from pyspark.sql import types as T
 
     return T.StructType([T.StructField(f.name, spark_type(f.type), True) for f in schema])
-
-
-def has_time(arrow: pa.DataType) -> bool:
-    if pat.is_time(arrow):
-        return True
-    if pat.is_struct(arrow):
-        return any(has_time(f.type) for f in arrow)
-    if pat.is_list(arrow) or pat.is_large_list(arrow):
-        return has_time(arrow.value_type)
-    return False
-
-
-def _time_as_string(arrow: pa.DataType) -> pa.DataType:
-    """``arrow`` with every time type (nested ones too) replaced by string."""
-    if pat.is_time(arrow):
-        return pa.string()
-    if pat.is_struct(arrow):
-        return pa.struct([f.with_type(_time_as_string(f.type)) for f in arrow])
-    if pat.is_list(arrow):
-        return pa.list_(arrow.value_field.with_type(_time_as_string(arrow.value_type)))
-    if pat.is_large_list(arrow):
-        return pa.large_list(arrow.value_field.with_type(_time_as_string(arrow.value_type)))
-    return arrow
-
-
-def for_spark(table: pa.Table) -> pa.Table:
-    """The table as Spark takes it: time columns as ``HH:MM:SS.ffffff`` strings (cast by
-    Arrow, no per-row Python); other columns as they are."""
-    if not any(has_time(f.type) for f in table.schema):
-        return table
-    schema = pa.schema(
-        [f.with_type(_time_as_string(f.type)) for f in table.schema], metadata=table.schema.metadata
-    )
-    return table.cast(schema)
 
 
 def to_spark(spark: SparkSession, tables: dict[str, pa.Table]) -> dict[str, DataFrame]:

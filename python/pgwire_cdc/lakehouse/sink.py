@@ -1,0 +1,350 @@
+"""The lakehouse sink: one table per source table, kept exactly once, in any table format.
+
+:class:`LakehouseSink` is a :class:`pgwire_cdc.pipeline.Sink` that owns the state machine
+of applying batches; a :class:`~pgwire_cdc.lakehouse.format.TableFormat` carries out each
+step on its tables (Delta Lake, Iceberg, the in-memory tables of the offline tests).
+
+Per batch:
+
+* **Initial snapshot** (``batch.snapshot``): a table's first part of a new snapshot
+  replaces the table, recording the snapshot's LSN as its position; later parts append.
+  A table the snapshot copied by Spark tasks (:meth:`LakehouseSink.snapshot_reader`)
+  before its batch only appends. A table a snapshot reported complete without rows is
+  cleared, or made from the catalog when it has no table (:meth:`missing_tables`). A
+  table holding changes past the snapshot's LSN is refused: it was written from another
+  server or slot.
+* **Changes**: per table (each schema segment ``"t@N"`` in turn), the rows at or below
+  the table's position are dropped (:func:`~pgwire_cdc.lakehouse.positions.unapplied`: a
+  batch delivered again after a crash); the rest are cut into commits
+  (:func:`~pgwire_cdc.lakehouse.positions.marks`): one, or two where the batch ends
+  inside a transaction. Each commit first evolves the table to the changes' columns;
+  a table with a key takes one MERGE of the reduced changes (one final change per key),
+  a keyless table (REPLICA IDENTITY FULL, rows as a multiset) is rewritten with the
+  changes applied. Columns the table holds that the changes lack stay: they are
+  unchanged in every row (a keyless table drops them, since whole rows are matched).
+* **Incremental copies** (``batch.snapshot_progress``): the progress travels in the
+  table's last commit of the batch; progress without rows of the table gets a commit of
+  its own unless the table is past the batch already.
+
+The positions read from the tables are kept between batches, as committed; a new
+snapshot forgets them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from .. import _native
+from ..tables import METADATA_COLUMNS, key_columns, mark_unchanged, parse_segment_key, table_of
+from .format import TableFormat, TablePosition
+from .positions import NO_PROGRESS, Mark, marks, unapplied
+from .shape import data_columns, lake_shape, plain_schema
+from .stats import ApplyStats
+
+if TYPE_CHECKING:
+    from ..streaming import Batch, StreamOptions
+
+log = logging.getLogger("pgwire_cdc")
+
+
+def segments(tables: Mapping[str, pa.Table]) -> dict[str, list[pa.Table]]:
+    """A batch's change tables by source table, each table's schema segments in order:
+    ``"s.t"``, then ``"s.t@2"``, ``"s.t@3"`` (see :mod:`pgwire_cdc.tables`)."""
+    groups: dict[str, list[tuple[int, pa.Table]]] = {}
+    for key, changes in tables.items():
+        name, version = parse_segment_key(key)
+        groups.setdefault(name, []).append((version, changes))
+    return {
+        name: [changes for _, changes in sorted(parts, key=lambda p: p[0])]
+        for name, parts in groups.items()
+    }
+
+
+class LakehouseSink:
+    """The tables of one stream in one table ``format`` (see the module documentation).
+    ``on_step("committed")`` is called after each commit."""
+
+    def __init__(self, format: TableFormat, on_step: Callable[[str], None] | None = None) -> None:
+        self.format = format
+        self._on_step = on_step or (lambda _step: None)
+        # Tables the initial snapshot in progress has written (their first part replaced
+        # the table; later parts append).
+        self._snapshot_written: set[str] = set()
+        # Tables whose initial snapshot Spark tasks wrote before the snapshot's batch.
+        self._prewritten: set[str] = set()
+        #: Tables an initial snapshot reported complete that have no table yet (the
+        #: source table was empty): :func:`~pgwire_cdc.pipeline.run` has them made.
+        self.missing: list[str] = []
+        # Per table reference: its position, read from the table once, then kept as
+        # committed.
+        self._positions: dict[str, TablePosition | None] = {}
+        # Per source table: the incremental-copy progress of a copy under way, recorded
+        # by every commit of the table.
+        self._progress: dict[str, Any] = {}
+
+    # -- the pipeline's Sink protocol ------------------------------------------------
+
+    def held_tables(
+        self, published: Iterable[str] | None = None, slot_exists: bool = False
+    ) -> dict[str, Any]:
+        """``stream(held_tables=...)``: of the tables ``published`` and those the format
+        finds by itself, the ones with a table: None when complete, or the key their
+        incremental copy reached. With ``slot_exists`` (the stream resumes a slot), the
+        format's error when there is no table at all: the changes would land on top of
+        nothing, the rows from before the slot was made missing."""
+        held: dict[str, Any] = {}
+        for name in sorted(set(published or ()) | set(self.format.found_tables())):
+            ref = self.format.ref(name)
+            pos = self._position(ref)
+            if pos is None:
+                continue
+            progress = self.format.progress(ref)
+            held[name] = None if progress is NO_PROGRESS else progress
+            # Kept, and recorded again with the table's next commit.
+            self._progress[name] = held[name]
+        if slot_exists and not held:
+            raise self.format.error(
+                f"the replication slot exists but there is no {self.format.kind} "
+                f"{self.format.where()}, so the rows from before the slot was created would "
+                "be missing; drop the slot (pg_drop_replication_slot) to start with a new "
+                "snapshot, or point the sink at the tables that used it"
+            )
+        return held
+
+    def snapshot_reader(
+        self, dsn: str, options: StreamOptions
+    ) -> Callable[[str, int, list[str]], None] | None:
+        """``stream(snapshot_reader=...)``: a new slot's initial snapshot read by Spark
+        tasks under the slot's exported snapshot and written over each table, the
+        consistent point as its position (rows go from the tasks to the table's files,
+        never through the driver); None where the format leaves it to the stream."""
+        if not options.snapshot:
+            return None
+        copy = self.format.copier(dsn, options)
+        if copy is None:
+            return None
+
+        def read(snapshot: str, consistent_point: int, names: list[str]) -> None:
+            for name in names:
+                ref = self.format.ref(name)
+                current = self._position(ref)
+                self._check_not_ahead(name, ref, current, consistent_point)
+                newer = current is None or current.lsn is None or consistent_point > current.lsn
+                copy(name, snapshot, Mark(consistent_point, None, None) if newer else None)
+                self._prewritten.add(name)
+                log.info("%s: initial snapshot written by Spark", name)
+
+        return read
+
+    def missing_tables(self) -> list[str]:
+        """Tables a snapshot reported complete that have no table yet (their source
+        table had no rows): :meth:`create_tables` makes them."""
+        return list(self.missing)
+
+    def create_tables(self, schemas: Mapping[str, pa.Schema]) -> None:
+        """Makes the tables of ``schemas`` (change-table schemas, by source table) that
+        do not exist yet, with the change tables' data columns."""
+        for name, schema in schemas.items():
+            ref = self.format.ref(name)
+            if not self.format.exists(ref):
+                data = pa.schema([f for f in schema if f.name not in METADATA_COLUMNS])
+                self.format.create(ref, lake_shape(data.empty_table()).schema)
+                self._positions[ref] = TablePosition(None)
+        self.missing = [name for name in self.missing if name not in schemas]
+
+    def apply(self, batch: Batch) -> ApplyStats:
+        """Commits one batch to the tables it touches. Ack it only after this returns."""
+        stats = ApplyStats(batches=1)
+        if batch.snapshot_start:
+            self._snapshot_written, self._prewritten = self._prewritten, set()
+            self.missing = []
+            self._positions = {}
+            self._progress = {name: None for name in self._snapshot_written}
+        groups = segments(batch.tables)
+        for name, parts in groups.items():
+            progress = batch.snapshot_progress.get(name, NO_PROGRESS)
+            for i, changes in enumerate(parts):
+                if batch.snapshot:
+                    self._snapshot_part(name, changes, stats)
+                else:
+                    last = i == len(parts) - 1
+                    self._changes(
+                        name,
+                        self.format.ref(name),
+                        changes,
+                        batch.lsn,
+                        progress if last else NO_PROGRESS,
+                        stats,
+                    )
+        for name in batch.snapshot_progress:
+            if name in groups:
+                continue
+            ref = self.format.ref(name)
+            if batch.snapshot:
+                if name not in self._snapshot_written:
+                    self._empty_for_snapshot(name, ref)
+            elif not self.format.exists(ref):
+                self.missing.append(name)
+            else:
+                progress = batch.snapshot_progress[name]
+                if self._progress.get(name, NO_PROGRESS) != progress:
+                    self._record_progress(name, ref, progress, batch.lsn, stats)
+        return stats
+
+    def apply_table(self, ref: str, changes: pa.Table, lsn: int) -> ApplyStats:
+        """Commits one change table to the table ``ref``, skipping the rows at or below
+        its recorded position; ``lsn``: everything committed before it is in ``changes``
+        or earlier (a batch's LSN)."""
+        stats = ApplyStats(batches=1)
+        self._changes(ref, ref, changes, lsn, NO_PROGRESS, stats)
+        return stats
+
+    # -- positions ---------------------------------------------------------------------
+
+    def _position(self, ref: str) -> TablePosition | None:
+        if ref not in self._positions:
+            self._positions[ref] = self.format.position(ref)
+        return self._positions[ref]
+
+    def _committed(self, ref: str, mark: Mark | None) -> None:
+        """The table ``ref`` took a commit recording ``mark`` (None: recording nothing,
+        which a format may still have recorded as the table's latest: read it again)."""
+        if mark is None:
+            self._positions.pop(ref, None)
+        else:
+            self._positions[ref] = TablePosition.of(mark, self._positions.get(ref))
+        self._on_step("committed")
+
+    def _check_not_ahead(
+        self, name: str, ref: str, current: TablePosition | None, lsn: int
+    ) -> None:
+        if current is not None and current.lsn is not None and current.lsn > lsn:
+            raise self.format.error(
+                f"{name}: the {self.format.kind} {ref} holds changes up to a later LSN than "
+                "this stream's initial snapshot (was it written from another server or "
+                "slot?); remove it or point the sink elsewhere"
+            )
+
+    # -- the initial snapshot ----------------------------------------------------------
+
+    def _snapshot_part(self, name: str, changes: pa.Table, stats: ApplyStats) -> None:
+        ref = self.format.ref(name)
+        rows = lake_shape(changes).select(data_columns(changes))
+        stats.inserted += rows.num_rows
+        if name in self._snapshot_written:
+            self.format.write(ref, rows, "append", None)
+            self._committed(ref, None)
+        else:
+            lsn = int(changes["_commit_lsn"][0].as_py()) if changes.num_rows else None
+            current = self._position(ref)
+            mark = None
+            if lsn is not None:
+                self._check_not_ahead(name, ref, current, lsn)
+                if current is None or current.lsn is None or lsn > current.lsn:
+                    mark = Mark(lsn, None, None)
+            self.format.write(ref, rows, "overwrite", mark)
+            self._snapshot_written.add(name)
+            self._progress[name] = None
+            self._committed(ref, mark)
+        stats.commits += 1
+
+    def _empty_for_snapshot(self, name: str, ref: str) -> None:
+        """A table the new snapshot found empty at the source: its rows go."""
+        self._snapshot_written.add(name)
+        if not self.format.exists(ref):
+            self.missing.append(name)
+            return
+        empty = plain_schema(self.format.schema(ref)).empty_table()
+        self.format.write(ref, empty, "overwrite", None)
+        self._progress[name] = None
+        self._committed(ref, None)
+
+    # -- changes -----------------------------------------------------------------------
+
+    def _record_progress(
+        self, name: str, ref: str, progress: Any, lsn: int, stats: ApplyStats
+    ) -> None:
+        """Records a copy's progress that came without rows of the table to commit (its
+        last chunk was empty, or the copy completed after it) in a commit of its own,
+        unless the table already holds the commits of this batch (delivered again)."""
+        current = self.format.position(ref)
+        if current is None:
+            self.missing.append(name)
+            return
+        if current.past(lsn):
+            return
+        self.format.record_progress(ref, lsn, progress)
+        self._positions.pop(ref, None)
+        self._progress[name] = progress
+        stats.commits += 1
+        self._on_step("committed")
+
+    def _changes(
+        self,
+        name: str,
+        ref: str,
+        changes: pa.Table,
+        lsn: int,
+        progress: Any,
+        stats: ApplyStats,
+    ) -> None:
+        given, known = progress, self._progress.get(name, NO_PROGRESS)
+        if progress is NO_PROGRESS:
+            progress = known
+        else:
+            self._progress[name] = progress
+        current = self._position(ref) or TablePosition(None)
+        if changes.num_rows:
+            kept = unapplied(changes, current.lsn, current.ordinal_of)
+            stats.skipped += changes.num_rows - kept.num_rows
+            changes = kept
+        if changes.num_rows == 0:
+            if progress is not NO_PROGRESS and not self.format.exists(ref):
+                self.missing.append(name)
+            elif given is not NO_PROGRESS and given != known:
+                self._record_progress(name, ref, given, lsn, stats)
+            return
+        for part, mark in marks(changes, lsn, current.lsn, progress):
+            self._commit(name, ref, part, mark, stats)
+
+    def _commit(
+        self, name: str, ref: str, changes: pa.Table, mark: Mark, stats: ApplyStats
+    ) -> None:
+        """One commit of ``changes`` (past the table's position) recording ``mark``."""
+        changes = lake_shape(changes)
+        keys = key_columns(changes)
+        if not self.format.exists(ref):
+            self.format.create(ref, changes.select(data_columns(changes)).schema)
+        changes = self._fit(name, ref, changes, keyed=keys is not None)
+        columns = data_columns(changes)
+        if keys is None:
+            base = self.format.read(ref, columns)
+            base = base.select(columns).cast(pa.schema([changes.schema.field(c) for c in columns]))
+            stream, counts = _native.apply_changes(base, changes, None)
+            self.format.write(ref, table_of(stream), "overwrite", mark)
+        else:
+            stream, counts = _native.reduce_changes(changes, columns, keys)
+            self.format.merge(ref, table_of(stream), keys, counts["truncated"] > 0, mark)
+        stats.add({k: v for k, v in counts.items() if k in vars(stats)})
+        stats.commits += 1
+        self._committed(ref, mark)
+
+    def _fit(self, name: str, ref: str, changes: pa.Table, *, keyed: bool) -> pa.Table:
+        """Evolves the table to the changes' columns, and the changes to the table's: a
+        column the table holds that the changes lack is added to them null and named in
+        every row's ``_unchanged``, so the table keeps its values (as for an unchanged
+        TOAST value). A keyless table drops such columns instead: its rows are matched
+        whole."""
+        columns = data_columns(changes)
+        held = self.format.evolve(ref, name, changes.select(columns).schema, drop=not keyed)
+        missing = [f for f in plain_schema(held) if f.name not in columns]
+        if not missing:
+            return changes
+        for f in missing:
+            changes = changes.append_column(f, pa.nulls(changes.num_rows, f.type))
+        changes = mark_unchanged(changes, [f.name for f in missing])
+        return changes.select([*data_columns(changes), *METADATA_COLUMNS])

@@ -1,0 +1,56 @@
+"""The Spark side of the lakehouse sinks: a source table's initial snapshot as a Spark
+DataFrame read by tasks under an exported snapshot (``format("pgwire_cdc")``, CTID
+ranges), for a table format to write straight from the tasks to its files."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from ..lakehouse.shape import lake_shape
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def snapshot_frame(
+    spark: SparkSession, dsn: str, name: str, publication: str | None, snapshot: str
+) -> tuple[pa.Schema, DataFrame]:
+    """The rows of the source table ``name`` under the exported ``snapshot``, read by as
+    many Spark tasks as the session runs at once, and the schema a lakehouse table of
+    them has (:func:`~pgwire_cdc.lakehouse.shape.lake_shape`)."""
+    from ..connection import connect
+    from . import snapshot as spark_snapshot
+    from .sessions import default_parallelism
+
+    with connect(dsn) as conn:
+        info = spark_snapshot.describe(conn, name, publication)
+    schema = lake_shape(spark_snapshot.data_schema(info).empty_table()).schema
+    reader = (
+        spark.read.format("pgwire_cdc")
+        .option("dsn", dsn)
+        .option("table", name)
+        .option("snapshot", snapshot)
+        .option("partitions", str(default_parallelism(spark)))
+    )
+    if publication is not None:
+        reader = reader.option("publication", publication)
+    return schema, reader.load()
+
+
+@contextmanager
+def package_errors() -> Iterator[None]:
+    """Turns Spark's failure to find the package on its workers into the error that says
+    how to make it found (:func:`~pgwire_cdc.spark.sessions.missing_package_error`)."""
+    from .sessions import missing_package_error
+
+    try:
+        yield
+    except Exception as e:
+        clear = missing_package_error(e)
+        if clear is None:
+            raise
+        raise clear from e

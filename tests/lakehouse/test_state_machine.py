@@ -1,0 +1,418 @@
+"""The lakehouse sink's state machine, without a server: :class:`~pgwire_cdc.lakehouse.
+sink.LakehouseSink` fed the change tables the package's own decoder makes of pgoutput
+messages (``support.pgoutput``), checked against what the made-up source holds.
+
+Key changes, unchanged TOAST values (also on rows that moved to a new key), truncates,
+keyless REPLICA IDENTITY FULL tables (multisets), columns added and dropped, batches
+delivered again, batches that end inside a transaction, crashes before any commit of a
+batch, and incremental-copy progress. Each runs on the in-memory tables
+(:class:`~pgwire_cdc.lakehouse.memory.MemoryTables`) and on Delta tables in a temporary
+directory kept by the delta-rs writer, with deletion vectors and copy-on-write (no JVM);
+what only the in-memory tables show (the commits made and what each recorded) on those.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from pgwire_cdc.lakehouse.format import TableFormat
+from pgwire_cdc.lakehouse.memory import Crash, MemoryTables
+from pgwire_cdc.lakehouse.positions import Mark, txn_id
+from pgwire_cdc.lakehouse.sink import LakehouseSink, segments
+from pgwire_cdc.streaming import Batch
+from support.pgoutput import UNCHANGED, Source, cut, snapshot_batch
+
+KEYED = "public.items"
+BAG = "public.bag"
+
+
+def source() -> Source:
+    src = Source()
+    src.table(KEYED, [("id", "int8"), ("name", "text"), ("note", "text"), ("n", "int4")], ["id"])
+    src.table(BAG, [("k", "int4"), ("v", "text")], [])
+    return src
+
+
+def as_multiset(rows: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+    return Counter(tuple(sorted(r.items())) for r in rows)
+
+
+class Crashing:
+    """A format that dies (:class:`Crash`) in place of its ``before``-th commit, as a
+    process killed there would."""
+
+    COMMITS = ("create", "write", "merge", "record_progress")
+
+    def __init__(self, inner: TableFormat, before: int) -> None:
+        self.inner = inner
+        self.left = before
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.inner, name)
+        if name not in self.COMMITS:
+            return found
+
+        def commit(*args: Any, **kwargs: Any) -> Any:
+            self.left -= 1
+            if self.left == 0:
+                raise Crash(f"crashed before {name}")
+            return found(*args, **kwargs)
+
+        return commit
+
+
+class Lake:
+    """One table format's tables under test, and what they hold."""
+
+    def __init__(self, kind: str, where: Path) -> None:
+        self.kind = kind
+        self.format: TableFormat
+        if kind == "memory":
+            self.format = MemoryTables()
+        else:
+            from pgwire_cdc.delta.sink import DeltaTables
+
+            self.format = DeltaTables(where / "lake", deletion_vectors=kind == "delta-rs-dv")
+
+    def sink(self, crash_before: int | None = None) -> LakehouseSink:
+        """A new sink over the same tables (a new process, as after a crash)."""
+        if crash_before is None:
+            return LakehouseSink(self.format)
+        return LakehouseSink(cast(TableFormat, Crashing(self.format, crash_before)))
+
+    def rows(self, name: str) -> list[dict[str, Any]]:
+        ref = self.format.ref(name)
+        if not self.format.exists(ref):
+            return []
+        columns = self.format.schema(ref).names
+        rows: list[dict[str, Any]] = self.format.read(ref, columns).to_pylist()
+        return rows
+
+    def columns(self, name: str) -> list[str]:
+        return list(self.format.schema(self.format.ref(name)).names)
+
+
+LAKES = ("memory", "delta-rs-dv", "delta-rs")
+
+
+@pytest.fixture(params=LAKES)
+def lake(request: pytest.FixtureRequest, tmp_path: Path) -> Lake:
+    if request.param != "memory":
+        pytest.importorskip("deltalake")
+    return Lake(request.param, tmp_path)
+
+
+def assert_equal(lake: Lake, src: Source, *names: str) -> None:
+    for name in names or tuple(src.tables):
+        assert as_multiset(lake.rows(name)) == as_multiset(src.rows(name)), name
+
+
+def random_transaction(src: Source, rng: random.Random, next_id: list[int]) -> None:
+    """A few random changes: inserts, updates (some leaving ``note`` as unchanged TOAST,
+    some moving the row to a new key), deletes, now and then a truncate."""
+    items = src.tables[KEYED]
+    bag = src.tables[BAG]
+    with src.transaction() as tx:
+        for _ in range(rng.randint(1, 6)):
+            roll = rng.random()
+            if roll < 0.02:
+                tx.truncate(KEYED)
+            elif roll < 0.3 or not items.rows:
+                next_id[0] += 1
+                tx.insert(
+                    KEYED,
+                    {
+                        "id": next_id[0],
+                        "name": f"n{next_id[0]}",
+                        "note": "x" * rng.randint(0, 3),
+                        "n": rng.randint(0, 9),
+                    },
+                )
+            elif roll < 0.6:
+                row = rng.choice(items.rows)
+                new: dict[str, Any] = {"n": rng.randint(0, 99)}
+                if rng.random() < 0.5:
+                    new["note"] = UNCHANGED
+                if rng.random() < 0.2:
+                    next_id[0] += 1
+                    new["id"] = next_id[0]
+                tx.update(KEYED, {"id": row["id"]}, new)
+            elif roll < 0.75:
+                tx.delete(KEYED, {"id": rng.choice(items.rows)["id"]})
+            elif roll < 0.9 or not bag.rows:
+                # Equal rows on purpose: a multiset.
+                tx.insert(BAG, {"k": rng.randint(0, 3), "v": rng.choice(["a", "b"])})
+            elif roll < 0.95:
+                row = rng.choice(bag.rows)
+                tx.update(BAG, dict(row), {"v": rng.choice(["a", "b", "c"])})
+            else:
+                tx.delete(BAG, dict(rng.choice(bag.rows)))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_random_workload_equals_the_source_after_every_batch(lake: Lake, seed: int) -> None:
+    rng = random.Random(seed)
+    src = source()
+    sink = lake.sink()
+    next_id = [0]
+    for _ in range(12 if lake.kind == "memory" else 6):
+        for _ in range(rng.randint(1, 4)):
+            random_transaction(src, rng, next_id)
+        stats = sink.apply(src.batch())
+        assert stats.skipped == 0
+        assert_equal(lake, src)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_batches_delivered_again_change_nothing(lake: Lake, seed: int) -> None:
+    """After a crash between the commits and the ack, the stream delivers the batches
+    from the last ack again: a new sink on the same tables skips every row and commits
+    nothing."""
+    rng = random.Random(seed)
+    src = source()
+    next_id = [0]
+    batches = []
+    for _ in range(6):
+        random_transaction(src, rng, next_id)
+        batches.append(src.batch())
+    sink = lake.sink()
+    for batch in batches:
+        sink.apply(batch)
+    again = lake.sink()
+    for batch in batches[rng.randint(0, 5) :]:
+        stats = again.apply(batch)
+        assert stats.skipped == batch.rows
+        assert stats.commits == 0
+    assert_equal(lake, src)
+
+
+@pytest.mark.parametrize("crash_before", range(1, 7))
+def test_a_crash_before_any_commit_of_a_batch_then_a_replay(lake: Lake, crash_before: int) -> None:
+    """The process dies before the n-th commit (between tables, between the two commits
+    of a cut transaction, before a batch's first): nothing was acked since, so every
+    batch after the last ack comes again, to a new sink."""
+    src = source()
+    with src.transaction() as tx:
+        for i in range(1, 5):
+            tx.insert(KEYED, {"id": i, "name": f"n{i}", "note": "long", "n": i})
+        tx.insert(BAG, {"k": 1, "v": "a"})
+        tx.insert(BAG, {"k": 1, "v": "a"})
+    lake.sink().apply(src.batch())
+    with src.transaction() as tx:
+        tx.update(KEYED, {"id": 1}, {"n": 10, "note": UNCHANGED})
+        tx.update(KEYED, {"id": 2}, {"id": 20, "note": UNCHANGED})
+        tx.delete(BAG, {"k": 1, "v": "a"})
+        tx.insert(BAG, {"k": 2, "v": "b"})
+    both = src.batch()  # two tables: two commits
+    with src.transaction() as tx:
+        tx.update(KEYED, {"id": 3}, {"name": "three"})
+        tx.delete(KEYED, {"id": 4})
+    with src.transaction() as tx:
+        tx.update(KEYED, {"id": 20}, {"n": 21, "note": UNCHANGED})
+        tx.update(KEYED, {"id": 3}, {"id": 30, "note": UNCHANGED})
+        tx.insert(KEYED, {"id": 5, "name": "five", "note": "t", "n": 5})
+    # Cut inside the second transaction: two commits, then one.
+    first, second = cut(src.batch(), 3)
+    pending = [both, first, second]
+    with pytest.raises(Crash):
+        sink = lake.sink(crash_before=crash_before)
+        for batch in pending:
+            sink.apply(batch)
+    replay = lake.sink()
+    for batch in pending:
+        replay.apply(batch)
+    assert_equal(lake, src)
+
+
+def test_a_batch_that_ends_inside_a_transaction_is_two_commits(lake: Lake) -> None:
+    src = source()
+    with src.transaction() as tx:
+        tx.insert(KEYED, {"id": 1, "name": "a", "note": "t", "n": 1})
+    with src.transaction() as tx:
+        for i in range(2, 8):
+            tx.insert(KEYED, {"id": i, "name": "b", "note": "t", "n": i})
+    first, second = cut(src.batch(), 3)
+    assert lake.sink().apply(first).commits == 2
+    position = lake.format.position(lake.format.ref(KEYED))
+    assert position is not None and position.lsn == src.commits[0]
+    assert position.ordinal_of(txn_id(src.commits[1])) == 2
+    # The first batch again (a crash before its ack), then the rest, to a new sink.
+    again = lake.sink()
+    assert again.apply(first).skipped == 3
+    stats = again.apply(second)
+    assert stats.skipped == 0 and stats.inserted == 4
+    assert_equal(lake, src, KEYED)
+
+
+def test_the_marks_of_a_cut_batch() -> None:
+    """What each commit of a batch cut inside a transaction records: the complete
+    transactions at the last of their commit LSNs, then the cut one as partial."""
+    src = source()
+    with src.transaction() as tx:
+        tx.insert(KEYED, {"id": 1, "name": "a", "note": "t", "n": 1})
+    with src.transaction() as tx:
+        for i in range(2, 8):
+            tx.insert(KEYED, {"id": i, "name": "b", "note": "t", "n": i})
+    first, _ = cut(src.batch(), 3)
+    tables = MemoryTables()
+    LakehouseSink(tables).apply(first)
+    marks = [c.mark for c in tables.commits(KEYED) if c.kind == "merge"]
+    assert marks == [Mark(src.commits[0]), Mark(src.commits[0], (src.commits[1], 2))]
+
+
+def test_rows_moved_to_a_new_key_keep_their_unchanged_toast_value(lake: Lake) -> None:
+    src = source()
+    with src.transaction() as tx:
+        tx.insert(KEYED, {"id": 1, "name": "a", "note": "big value", "n": 1})
+        tx.insert(KEYED, {"id": 2, "name": "b", "note": "other", "n": 2})
+    sink = lake.sink()
+    sink.apply(src.batch())
+    with src.transaction() as tx:
+        tx.update(KEYED, {"id": 1}, {"id": 10, "note": UNCHANGED})
+    with src.transaction() as tx:
+        tx.update(KEYED, {"id": 2}, {"n": 5, "note": UNCHANGED})
+    sink.apply(src.batch())
+    assert sorted(lake.rows(KEYED), key=lambda r: r["id"]) == [
+        {"id": 2, "name": "b", "note": "other", "n": 5},
+        {"id": 10, "name": "a", "note": "big value", "n": 1},
+    ]
+
+
+def test_a_truncate_deletes_the_rows_the_batch_does_not_name(lake: Lake) -> None:
+    src = source()
+    with src.transaction() as tx:
+        for i in range(1, 6):
+            tx.insert(KEYED, {"id": i, "name": "a", "note": "t", "n": i})
+    sink = lake.sink()
+    sink.apply(src.batch())
+    with src.transaction() as tx:
+        tx.update(KEYED, {"id": 1}, {"n": 100})
+        tx.truncate(KEYED)
+        tx.insert(KEYED, {"id": 2, "name": "again", "note": None, "n": 0})
+    stats = sink.apply(src.batch())
+    assert stats.truncated == 1
+    assert_equal(lake, src, KEYED)
+    assert [r["id"] for r in lake.rows(KEYED)] == [2]
+
+
+def test_a_keyless_table_is_a_multiset(lake: Lake) -> None:
+    src = source()
+    with src.transaction() as tx:
+        for _ in range(3):
+            tx.insert(BAG, {"k": 1, "v": "same"})
+    sink = lake.sink()
+    sink.apply(src.batch())
+    with src.transaction() as tx:
+        tx.update(BAG, {"k": 1, "v": "same"}, {"v": "changed"})
+        tx.delete(BAG, {"k": 1, "v": "same"})
+    sink.apply(src.batch())
+    assert as_multiset(lake.rows(BAG)) == Counter(
+        {(("k", 1), ("v", "same")): 1, (("k", 1), ("v", "changed")): 1}
+    )
+
+
+def test_columns_added_and_dropped(lake: Lake) -> None:
+    """A column added at the source is added to the table; a column dropped stays in a
+    keyed table (its rows keep their values, new rows have it null) and goes from a
+    keyless one (whole rows are matched)."""
+    src = source()
+    with src.transaction() as tx:
+        tx.insert(KEYED, {"id": 1, "name": "a", "note": "t", "n": 1})
+        tx.insert(BAG, {"k": 1, "v": "a"})
+    sink = lake.sink()
+    sink.apply(src.batch())
+    with src.transaction() as tx:
+        tx.add_column(KEYED, "extra", "int4")
+        tx.insert(KEYED, {"id": 2, "name": "b", "note": "t", "n": 2, "extra": 7})
+        tx.drop_column(BAG, "v")
+        tx.insert(BAG, {"k": 2})
+    sink.apply(src.batch())
+    assert lake.columns(KEYED) == ["id", "name", "note", "n", "extra"]
+    assert_equal(lake, src)
+    with src.transaction() as tx:
+        tx.drop_column(KEYED, "note")
+        tx.update(KEYED, {"id": 1}, {"n": 11})
+        tx.insert(KEYED, {"id": 3, "name": "c", "n": 3})
+    sink.apply(src.batch())
+    kept = {r["id"]: r for r in lake.rows(KEYED)}
+    assert kept[1]["note"] == "t" and kept[1]["n"] == 11
+    assert kept[3]["note"] is None
+    assert lake.columns(BAG) == ["k"]
+
+
+def test_a_new_snapshot_replaces_the_table_and_records_its_lsn(lake: Lake) -> None:
+    src = source()
+    with src.transaction() as tx:
+        for i in range(1, 4):
+            tx.insert(KEYED, {"id": i, "name": "a", "note": "t", "n": i})
+    first = src.batch()
+    with src.transaction() as tx:
+        for i in range(4, 6):
+            tx.insert(KEYED, {"id": i, "name": "a", "note": "t", "n": i})
+    sink = lake.sink()
+    sink.apply(snapshot_batch(first, start=True))
+    sink.apply(snapshot_batch(src.batch(), start=False))
+    position = lake.format.position(lake.format.ref(KEYED))
+    assert position is not None and position.lsn == src.commits[0]
+    assert_equal(lake, src, KEYED)
+    # A table holding changes past a new snapshot's LSN was written from elsewhere.
+    old = Source()
+    old.lsn = 0x10
+    old.table(KEYED, src.tables[KEYED].columns, ["id"])
+    with old.transaction() as tx:
+        tx.insert(KEYED, {"id": 9, "name": "z", "note": "t", "n": 9})
+    with pytest.raises(lake.format.error, match="later LSN"):
+        lake.sink().apply(snapshot_batch(old.batch(), start=True))
+
+
+def test_incremental_copy_progress_travels_with_the_commits(lake: Lake) -> None:
+    """Progress comes with the table's last commit of the batch; progress without rows
+    gets a commit of its own, once (a batch delivered again does not record it twice);
+    a new sink learns it from the table (``held_tables``)."""
+    src = source()
+    with src.transaction() as tx:
+        tx.insert(KEYED, {"id": 1, "name": "a", "note": "t", "n": 1})
+    sink = lake.sink()
+    batch = src.batch()
+    batch.snapshot_progress = {KEYED: [1]}
+    sink.apply(batch)
+    assert lake.sink().held_tables([KEYED]) == {KEYED: [1]}
+    empty = Batch(tables={}, lsn=src.lsn + 100, snapshot_progress={KEYED: [5]})
+    assert sink.apply(empty).commits == 1
+    assert lake.sink().held_tables([KEYED]) == {KEYED: [5]}
+    assert lake.sink().apply(empty).commits == 0
+    done = Batch(tables={}, lsn=src.lsn + 200, snapshot_progress={KEYED: None})
+    sink.apply(done)
+    assert lake.sink().held_tables([KEYED]) == {KEYED: None}
+    assert_equal(lake, src, KEYED)
+
+
+def test_a_table_reported_complete_without_rows_is_made_from_the_catalog(lake: Lake) -> None:
+    sink = lake.sink()
+    sink.apply(Batch(tables={}, lsn=100, snapshot_progress={KEYED: None}))
+    assert sink.missing_tables() == [KEYED]
+    src = source()
+    with src.transaction() as tx:
+        tx.insert(KEYED, {"id": 1, "name": "a", "note": "t", "n": 1})
+    sink.create_tables({KEYED: src.take()[KEYED].schema})
+    assert sink.missing_tables() == []
+    assert lake.rows(KEYED) == []
+    assert lake.columns(KEYED) == ["id", "name", "note", "n"]
+
+
+def test_a_resumed_slot_without_tables_is_refused(lake: Lake) -> None:
+    with pytest.raises(lake.format.error, match="slot exists but there is no"):
+        lake.sink().held_tables([KEYED], slot_exists=True)
+
+
+def test_segments_order_a_tables_schema_versions() -> None:
+    src = source()
+    with src.transaction() as tx:
+        tx.insert(KEYED, {"id": 1, "name": "a", "note": "t", "n": 1})
+    t = src.take()[KEYED]
+    assert list(segments({f"{KEYED}@3": t, KEYED: t, f"{KEYED}@2": t, BAG: t})) == [KEYED, BAG]
+    assert [len(p) for p in segments({f"{KEYED}@10": t, f"{KEYED}@2": t}).values()] == [2]
