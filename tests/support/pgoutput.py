@@ -81,7 +81,8 @@ class Transaction:
             return
         identity = b"f" if not table.key else b"d"
         out = bytearray(b"R") + struct.pack(">I", table.oid)
-        out += b"public\0" + table.name.encode() + b"\0" + identity
+        namespace, _, relname = table.name.rpartition(".")
+        out += (namespace or "public").encode() + b"\0" + relname.encode() + b"\0" + identity
         out += struct.pack(">H", len(table.columns))
         for name, type_ in table.columns:
             flag = 1 if (name in table.key or not table.key) else 0
@@ -159,7 +160,7 @@ class Source:
         self.decoder = Decoder(proto_version=1)
         self.lsn = 0x100_0000
         self.xid = 700
-        #: (first LSN, commit LSN) of every committed transaction, in order.
+        #: The commit LSN of every committed transaction, in order.
         self.commits: list[int] = []
 
     def table(self, name: str, columns: list[tuple[str, str]], key: list[str]) -> None:

@@ -4,10 +4,9 @@ storage, the reference the other formats are held to.
 :class:`MemoryTables` carries out each step the way a table format must: a commit is
 atomic and records its :class:`~pgwire_cdc.lakehouse.positions.Mark` with its rows; a
 MERGE keeps, for the columns a row names in ``_unchanged``, the table's value. It keeps
-every commit in :attr:`MemoryTables.log` and can fail before a chosen commit
-(:attr:`MemoryTables.fail_before`), as a process killed there would, so tests drive
-:class:`~pgwire_cdc.lakehouse.sink.LakehouseSink` through replays and crashes without a
-server. Rows are Python values: made for tests, not for volume.
+every commit, with what it recorded, in :attr:`MemoryTables.log`, so tests see what
+:class:`~pgwire_cdc.lakehouse.sink.LakehouseSink` commits without a server. Rows are
+Python values: made for tests, not for volume.
 """
 
 from __future__ import annotations
@@ -30,10 +29,6 @@ if TYPE_CHECKING:
 
 class MemoryTableError(Error):
     """A step the in-memory tables refuse (a column type its rows cannot take)."""
-
-
-class Crash(Exception):
-    """Raised by :class:`MemoryTables` in place of a commit it was told to fail."""
 
 
 @dataclass
@@ -72,9 +67,6 @@ class MemoryTables:
         self.tables: dict[str, MemoryTable] = {}
         #: Every commit, in order.
         self.log: list[LoggedCommit] = []
-        #: The number of the commit (1 = the next one) to fail with :class:`Crash`
-        #: instead of making it; None: none.
-        self.fail_before: int | None = None
 
     # -- what tests look at --------------------------------------------------------
 
@@ -86,12 +78,6 @@ class MemoryTables:
         return [c for c in self.log if ref is None or c.ref == ref]
 
     def _commit(self, entry: LoggedCommit) -> None:
-        """Counts a commit about to be made, failing it when told to."""
-        if self.fail_before is not None:
-            self.fail_before -= 1
-            if self.fail_before == 0:
-                self.fail_before = None
-                raise Crash(f"crashed before commit {entry.kind} of {entry.ref}")
         self.log.append(entry)
 
     @staticmethod
