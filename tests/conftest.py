@@ -6,10 +6,12 @@
   (together with its replication slots and prepared transactions).
 - `spark`: Spark (UTC, Arrow on, Delta Lake and Iceberg configured), parametrized: one classic
   ``local[2]`` session and one Spark Connect session on a local Connect server (ids
-  ``classic`` / ``connect``), each started the first time a test asks.
+  ``classic`` / ``connect``), each started the first time a test asks. A test's Connect
+  variant runs only if ``support/spark_modes.py`` lists the test, with its reason.
 
-Tests that use a server are marked ``server`` automatically, so ``pytest -m "not server"``
-runs only the offline suites.
+Tests that use a server (PostgreSQL or Spark) are marked ``server`` automatically, so
+``pytest -m "not server"`` runs only the offline suites. Tests that start Spark need Java
+(``support/requires.py``: skipped without it, a failure in CI).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from support import requires
 from support.server import SERVERS, PgCluster
+from support.spark_modes import SPARK_MODES, keep
 
 # The Delta Lake jars `make jars` fetches (the Makefile exports the same path), for every
 # Spark session of the tests and the programs they start.
@@ -110,9 +114,9 @@ def db(pg: PgCluster) -> Iterator[Database]:
 @pytest.fixture(scope="session")
 def classic_spark() -> Iterator[Any]:
     """A real local Spark session (PySpark 4, the JVM from the machine's Java 17)."""
-    import os
-
     from pgwire_cdc.spark import session
+
+    requires.java()
 
     # Python workers run this interpreter (the venv with pgwire_cdc installed).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -191,6 +195,7 @@ def connect_spark() -> Iterator[Any]:
     from pgwire_cdc.spark import session
     from support.spark_connect import ConnectServer
 
+    requires.java()
     server = ConnectServer(
         "local[2]",
         {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"},
@@ -209,9 +214,6 @@ def connect_spark() -> Iterator[Any]:
             spark.stop()
         os.environ.pop(CONNECT_MODE, None)
         server.stop()
-
-
-SPARK_MODES = ("classic", "connect")
 
 
 @pytest.fixture
@@ -233,30 +235,53 @@ def spark_in(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.fixture(params=SPARK_MODES)
 def spark(request: pytest.FixtureRequest, spark_in: Any) -> Any:
-    """Spark for a test, twice: a classic ``local[2]`` session, and a Spark Connect session
-    on a local Connect server (both shared by the whole run)."""
+    """Spark for a test: a classic ``local[2]`` session, and for the tests
+    ``support/spark_modes.py`` lists a Spark Connect session on a local Connect server as
+    well (both shared by the whole run)."""
     return spark_in(request.param)
 
 
-#: Parameter values that run a test through the Spark Connect session.
-CONNECT_PARAMS = ("connect", "spark-connect")
+TESTS = Path(__file__).resolve().parent
 
 
-def _connect_on_pg15(item: pytest.Item) -> bool:
-    """A Spark Connect variant on PostgreSQL 15: the Connect half of a test exercises the
-    Spark side (the session kind, the server's Python), which the PostgreSQL 18 variant
-    covers; PostgreSQL 15 runs the classic half."""
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    return params.get("pg") == "pg15" and any(v in CONNECT_PARAMS for v in params.values())
+def _test_name(item: pytest.Item) -> str:
+    """``path/under/tests.py::test_function``, as ``support/spark_modes.py`` names tests."""
+    path = Path(str(getattr(item, "path", item.nodeid.split("::")[0]))).resolve()
+    name = getattr(item, "originalname", item.name.split("[")[0])
+    try:
+        return f"{path.relative_to(TESTS).as_posix()}::{name}"
+    except ValueError:
+        return f"{path.as_posix()}::{name}"
 
 
+#: Fixtures that start a server: PostgreSQL (here, or clusters of a suite's own), or Spark
+#: (a JVM, or a Connect server). Tests that start one in their body say ``server``.
+SERVER_FIXTURES = {
+    *("pg", "db", "pg15_cluster", "pg18_cluster"),
+    *("tls_pg", "own_cluster", "own_db", "replica_cluster", "lossy_cluster", "cluster"),
+    *("spark", "spark_in", "classic_spark", "connect_spark", "iceberg_spark", "iceberg_spark_in"),
+}
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks ``server`` the tests that use a server (PostgreSQL or Spark: a fixture of
+    `SERVER_FIXTURES`, or the ``java`` marker); leaves out the Spark Connect variants of
+    the tests ``support/spark_modes.py`` does not list (reported as deselected). First
+    of the hooks, so that ``-m`` sees the markers."""
     kept, dropped = [], []
     for item in items:
-        (dropped if _connect_on_pg15(item) else kept).append(item)
-        names = getattr(item, "fixturenames", ())
-        if {"pg", "db", "pg15_cluster", "pg18_cluster"} & set(names):
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        (kept if keep(_test_name(item), params) else dropped).append(item)
+        names = set(getattr(item, "fixturenames", ()))
+        if SERVER_FIXTURES & names or item.get_closest_marker("java") is not None:
             item.add_marker(pytest.mark.server)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked ``java`` start Spark in processes of their own: Java first."""
+    if item.get_closest_marker("java") is not None:
+        requires.java()

@@ -155,6 +155,7 @@ def pgwire_lsn(db: Database) -> str:
 
 
 @pytest.mark.server
+@pytest.mark.java
 def test_demo_end_to_end() -> None:
     """`pgwire-cdc demo` exactly as a newcomer runs it: no DSN (its own PostgreSQL 18)."""
     # The Delta jars `make jars` fetched, as the Makefile exports them (Spark reads the

@@ -114,6 +114,7 @@ def _spark_process(step: str, dsn: str, directory: Path) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.java
 @pytest.mark.parametrize("pg", ["pg18"], indirect=True)
 def test_catalog_tables_equal_source(db: Any, tmp_path: Path) -> None:
     db.conn.execute(SCHEMA)

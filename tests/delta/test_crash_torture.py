@@ -214,6 +214,7 @@ DV_KILLS = int(os.environ.get("PGWIRE_CDC_TORTURE_KILLS", "5"))
 
 
 @pytest.mark.server
+@pytest.mark.timeout(900 + 120 * DV_KILLS)
 def test_deletion_vector_tables_survive_sigkills(pg18_cluster: Any, tmp_path: Path) -> None:
     """The same torture on tables kept by deletion vectors (the delta-rs writer's MERGE
     that rewrites no file): killed between its data, deletion-vector and log writes, the
@@ -227,6 +228,7 @@ def test_deletion_vector_tables_survive_sigkills(pg18_cluster: Any, tmp_path: Pa
 
 
 @pytest.mark.server
+@pytest.mark.timeout(900 + 120 * KILLS)
 def test_delta_tables_survive_twenty_sigkills(pg15_cluster: Any, tmp_path: Path) -> None:
     report = torture(pg15_cluster, tmp_path / "lake", tmp_path / "deliveries.jsonl")
     assert report["changes"] >= 200_000, report

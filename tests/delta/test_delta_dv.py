@@ -20,6 +20,7 @@ from live.test_stream import current_lsn
 from pgwire_cdc import delta
 from pgwire_cdc.delta.writers import DeltaRsWriter
 from pgwire_cdc.errors import DeltaError
+from support import requires
 from support.stream_workload import SCHEMA, TABLES, Workload, norm, source_rows
 
 from delta.test_delta import assert_tables_equal_source
@@ -44,8 +45,10 @@ def spark_rows(spark: Any, path: str) -> list[tuple[Any, ...]]:
 
 def duckdb_rows(path: str) -> list[tuple[Any, ...]]:
     """The table as DuckDB's delta extension reads it (deletion vectors applied)."""
-    import duckdb
-    import duckdb_extension_delta
+    duckdb = requires.module("duckdb", "reading Delta tables with DuckDB")
+    duckdb_extension_delta = requires.module(
+        "duckdb_extension_delta", "reading Delta tables with DuckDB"
+    )
 
     where = Path(duckdb_extension_delta.__file__).parent / "extensions"
     extension = next(where.glob("*/delta.duckdb_extension"))

@@ -18,6 +18,7 @@ from cli.test_cli import pgwire_lsn, run_cli
 from conftest import Database
 from live.test_stream import current_lsn
 from pgwire_cdc import delta
+from support import requires
 from support.s3 import S3Server
 from support.stream_workload import SCHEMA, TABLES, Workload, norm, source_rows
 
@@ -29,6 +30,7 @@ S3_KILLS = int(os.environ.get("PGWIRE_CDC_TORTURE_KILLS", "5"))
 
 @pytest.fixture(scope="session")
 def s3() -> Iterator[S3Server]:
+    requires.moto_server()
     with S3Server() as server:
         yield server
 
@@ -170,6 +172,7 @@ def test_cli_stream_to_s3(db: Database, s3: S3Server, location: str) -> None:
 
 
 @pytest.mark.server
+@pytest.mark.timeout(900 + 120 * S3_KILLS)
 def test_crash_torture_on_s3(
     pg15_cluster: Any,
     s3: S3Server,

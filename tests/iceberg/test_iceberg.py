@@ -1,10 +1,11 @@
 """Iceberg tables kept by Spark MERGE (``pgwire_cdc.iceberg``) against real PostgreSQL 15
-and 18, real Spark (a classic session and, for the workload and the replay, a Spark
-Connect one) and real pyiceberg: PostgreSQL is the oracle. The seeded random
-workload of the Delta tests (unchanged TOAST, key changes, truncates, the keyless FULL
-table) kept as Iceberg tables equals ``SELECT`` on the source, read by Spark and by
-pyiceberg (deletion vectors applied); a batch delivered again changes nothing, cut
-transactions included; a table compacted and expired mid-run keeps its position.
+and 18, real Spark (a classic session and, for ``iceberg.run`` and ``foreachBatch``, a
+Spark Connect one: ``support/spark_modes.py``) and real pyiceberg: PostgreSQL is the
+oracle. The seeded random workload of the Delta tests (unchanged TOAST, key changes,
+truncates, the keyless FULL table) kept as Iceberg tables equals ``SELECT`` on the
+source, read by Spark and by pyiceberg (deletion vectors applied); a batch delivered
+again changes nothing, cut transactions included; a table compacted and expired mid-run
+keeps its position.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from typing import Any
 
 import pgwire_cdc
 import pytest
-from conftest import ICEBERG_CATALOG, SPARK_MODES, Database
+from conftest import ICEBERG_CATALOG, Database
 from live.test_stream import current_lsn
 from pgwire_cdc import iceberg
 from pgwire_cdc.errors import ConfigError
+from support.spark_modes import SPARK_MODES
 from support.stream_workload import SCHEMA, TABLES, Workload, norm, source_rows
 
 #: PySpark's loggers of the analysis errors it raises: each such error is logged at ERROR
@@ -106,7 +108,8 @@ def lake(
     return Lake(db, iceberg_spark_in(getattr(request, "param", "classic")), iceberg_catalog)
 
 
-#: Tests that run through both sessions: a classic one and a Spark Connect one.
+#: Tests with a classic and a Spark Connect variant (the latter runs where
+#: ``support/spark_modes.py`` lists the test).
 both_sparks = pytest.mark.parametrize("lake", SPARK_MODES, indirect=True)
 
 
@@ -276,6 +279,7 @@ def test_the_sink_needs_a_session(db: Database, workload: Workload) -> None:
         iceberg.run(db.dsn, "lake", "ns", publication="pub", slot="s1", until_lsn=1)
 
 
+@pytest.mark.java
 def test_the_cli_keeps_iceberg_tables(db: Database, tmp_path: Any) -> None:
     """``pgwire-cdc stream --iceberg lake.app --iceberg-dir DIR`` (its own Spark), read
     back by pyiceberg."""

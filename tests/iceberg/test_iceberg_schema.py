@@ -19,6 +19,7 @@ from conftest import Database
 from pgwire_cdc import iceberg
 from pgwire_cdc.errors import IcebergError
 from support.schema_workload import EVOLVING, ODD, ODD_MOVES, Step
+from support.spark_modes import SPARK_MODES
 
 from iceberg.test_iceberg import Lake, rows_of
 
@@ -57,12 +58,8 @@ def test_schema_changes_evolve_the_tables(lake: Lake) -> None:
     assert [rows_of(read("public.t")) for read in readers(lake)] == before
 
 
-# Spark Connect once: on PostgreSQL 18.
-@pytest.mark.parametrize(
-    ("pg", "lake"),
-    [("pg15", "classic"), ("pg18", "classic"), ("pg18", "connect")],
-    indirect=True,
-)
+# A Spark Connect variant as well (support/spark_modes.py: on PostgreSQL 18).
+@pytest.mark.parametrize("lake", SPARK_MODES, indirect=True)
 def test_odd_names_and_moved_toast(lake: Lake) -> None:
     apply(lake, ODD)
     apply(lake, ODD_MOVES)

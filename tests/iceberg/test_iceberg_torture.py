@@ -28,7 +28,7 @@ from delta.test_crash_torture import Worker, torture
 from pgwire_cdc import iceberg
 from support.stream_workload import norm
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.java]
 
 KILLS = int(os.environ.get("PGWIRE_CDC_TORTURE_KILLS", "5"))
 NAMESPACE = "torture"
@@ -51,6 +51,8 @@ ICEBERG_WORKER = Worker(
 )
 
 
+# Each restart starts Spark again: minutes per kill on two cores (`make torture`: twenty).
+@pytest.mark.timeout(600 + 240 * KILLS)
 def test_iceberg_tables_survive_sigkills(pg18_cluster: Any, tmp_path: Path) -> None:
     report = torture(
         pg18_cluster,

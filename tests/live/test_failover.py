@@ -30,6 +30,9 @@ from support.server import SERVERS
 from support.standby import ReplicaPair
 from support.stream_workload import SCHEMA, TABLES, Workload, source_rows
 
+#: Each test starts a primary and a standby of its own.
+pytestmark = pytest.mark.server
+
 SLOT = "fo"
 
 

@@ -22,6 +22,9 @@ from support.stream_workload import SCHEMA, TABLES, Mirror, Workload, source_row
 
 from live.test_failover import _continue_workload
 
+#: Each test starts a primary and a standby of its own.
+pytestmark = pytest.mark.server
+
 
 @contextmanager
 def _standby_snapshots(pair: ReplicaPair) -> Iterator[None]:

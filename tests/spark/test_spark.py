@@ -143,6 +143,7 @@ def test_time_columns_need_no_spark_setting(db: Database, spark: Any, tmp_path: 
     assert clock.selectExpr("max(t)").collect()[0][0] == "23:59:59.999999"
 
 
+@pytest.mark.java
 def test_session_workers_import_pgwire_cdc_without_an_active_venv(tmp_path: Path) -> None:
     """session() makes Spark's Python workers run this interpreter: with a PATH whose
     python3 lacks pgwire_cdc, a UDF importing it still runs."""

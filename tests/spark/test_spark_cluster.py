@@ -116,6 +116,7 @@ def cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
 
 
 @pytest.mark.parametrize("pg", ["pg18"], indirect=True)
+@pytest.mark.java
 def test_snapshot_read_and_delta_run_on_a_standalone_cluster(
     db: Database, cluster: StandaloneCluster, tmp_path: Path
 ) -> None:
@@ -212,6 +213,7 @@ spark.stop()
 
 
 @pytest.mark.parametrize("pg", ["pg18"], indirect=True)
+@pytest.mark.java
 def test_workers_without_the_package_get_a_clear_error(db: Database, tmp_path: Path) -> None:
     """Spark's planner worker running a Python that lacks pgwire_cdc (a bare virtual
     environment): ``delta.run`` says what to set instead of a pickling traceback."""

@@ -18,7 +18,7 @@ import pytest
 from conftest import Database
 from support.spark_connect import ConnectServer
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.java]
 
 #: argv: server URL, DSN. A plain Connect client: no pgwire_cdc session, no register().
 PLAIN_CLIENT = r"""

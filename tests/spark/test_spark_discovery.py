@@ -13,7 +13,7 @@ import sys
 import pytest
 from conftest import Database
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.java]
 
 SCRIPT = r"""
 import json, sys

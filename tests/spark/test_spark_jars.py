@@ -71,6 +71,7 @@ def test_the_pinned_jars_are_the_poms_delta_build() -> None:
         assert missing == [], "`make jars` resolved other versions than the package pins"
 
 
+@pytest.mark.java
 def test_jars_then_a_session_writes_and_reads_delta(tmp_path: Path) -> None:
     folder = tmp_path / "jars"
     proc = run([sys.executable, "-m", "pgwire_cdc.cli", "jars", str(folder)], {})
@@ -95,6 +96,7 @@ def test_jars_then_a_session_writes_and_reads_delta(tmp_path: Path) -> None:
     assert loaded == sorted(map(jars.jar_name, jars.DELTA_JARS))
 
 
+@pytest.mark.java
 def test_a_failed_maven_resolution_says_to_run_the_jars_command(tmp_path: Path) -> None:
     settings = tmp_path / "ivysettings.xml"
     settings.write_text(UNREACHABLE_IVY)
