@@ -8,11 +8,12 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.deps-stamp
 
-.PHONY: help venv jars build wheel check-wheels test lint rust-test pytest demo bench bench-capture bench-rust bench-py bench-live bench-spark fuzz captures clean
+.PHONY: help venv jars build wheel check-wheels test lint rust-test pytest torture demo bench bench-capture bench-rust bench-py bench-live bench-spark fuzz captures clean
 
 help:
 	@echo "make demo      mirror a live workload from a throwaway PostgreSQL into a local Spark warehouse"
 	@echo "make test      lint, Rust tests, build the extension and wheel, pytest against PostgreSQL 15 and 18 and Spark"
+	@echo "make torture   the crash tortures in full (20 SIGKILLs each; make test runs them short)"
 	@echo "make wheel     the abi3 manylinux2014 wheels (x86_64, aarch64), in target/wheels"
 	@echo "make bench     every comparison (release build): benches/results/latest.md + ratios.png"
 	@echo "make fuzz      run every proptest fuzz target for FUZZ_SECONDS (default 600) each"
@@ -111,8 +112,21 @@ check-wheels: build
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/maturin build --profile portable -q --zig \
 	  --compatibility manylinux2014 --target aarch64-unknown-linux-gnu -o $(CHECK_WHEELS)
 
+# Every pytest suite, in two tiers: the offline suites first (no PostgreSQL, no Spark: a
+# broken build fails within minutes), then those against PostgreSQL 15 and 18 and Spark.
+# Each run ends with its slowest tests (--durations, kept in the CI log); every test has a
+# time limit (pytest-timeout: pyproject.toml's default, longer where a test says so).
+PYTEST := PGWIRE_CDC_WHEELS=$(CURDIR)/$(CHECK_WHEELS) $(VENV)/bin/pytest -q --durations=40
 pytest: build check-wheels jars
-	PGWIRE_CDC_WHEELS=$(CURDIR)/$(CHECK_WHEELS) $(VENV)/bin/pytest -q --durations=30
+	$(PYTEST) -m "not server"
+	$(PYTEST) -m server
+
+# The crash tortures in full, which `make test` runs short: 20 SIGKILLs each instead of 5
+# (the Delta torture on PostgreSQL 15 kills 20 times either way).
+TORTURES := tests/delta/test_crash_torture.py tests/iceberg/test_iceberg_torture.py \
+  tests/delta/test_object_store.py::test_crash_torture_on_s3
+torture: build jars
+	PGWIRE_CDC_TORTURE_KILLS=20 $(VENV)/bin/pytest -q --durations=10 $(TORTURES)
 
 test: lint rust-test pytest
 
