@@ -479,3 +479,29 @@ def test_progress_goes_with_the_last_commit_of_a_cut_batch(lake: Lake) -> None:
     assert lake.sink().held_tables([KEYED]) == {KEYED: None}
     lake.sink().apply(first)
     assert lake.sink().held_tables([KEYED]) == {KEYED: [3]}
+
+
+def test_unchanged_values_survive_a_table_rewritten_for_a_type_change(lake: Lake) -> None:
+    """A type change the format makes by rewriting the table (Delta) may leave the
+    table's columns in another order than the changes'; rows updated after it, with
+    columns left unchanged (TOAST, a column dropped at the source), keep their values."""
+    src = source()
+    with src.transaction() as tx:
+        for i in range(1, 4):
+            tx.insert(KEYED, {"id": i, "name": f"n{i}", "note": "big" * 3, "n": i})
+    sink = lake.sink()
+    sink.apply(src.batch())
+    with src.transaction() as tx:
+        table = src.tables[KEYED]
+        table.columns = [(c, "int8" if c == "n" else t) for c, t in table.columns]
+        table.announced = False
+        tx.drop_column(KEYED, "name")
+        tx.update(KEYED, {"id": 2}, {"n": 50, "note": UNCHANGED})
+        tx.update(KEYED, {"id": 3}, {"id": 30, "note": UNCHANGED})
+    sink.apply(src.batch())
+    rows = {r["id"]: r for r in lake.rows(KEYED)}
+    assert {i: (r["name"], r["note"], r["n"]) for i, r in rows.items()} == {
+        1: ("n1", "bigbigbig", 1),
+        2: ("n2", "bigbigbig", 50),
+        30: ("n3", "bigbigbig", 3),
+    }

@@ -342,9 +342,9 @@ class LakehouseSink:
         columns = data_columns(changes)
         held = self.format.evolve(ref, name, changes.select(columns).schema, drop=not keyed)
         missing = [f for f in plain_schema(held) if f.name not in columns]
-        if not missing:
-            return changes
         for f in missing:
             changes = changes.append_column(f, pa.nulls(changes.num_rows, f.type))
         changes = mark_unchanged(changes, [f.name for f in missing])
-        return changes.select([*data_columns(changes), *METADATA_COLUMNS])
+        # In the table's column order: a writer may take the changes' columns by position.
+        order = held.names if set(held.names) == set(data_columns(changes)) else None
+        return changes.select([*(order or data_columns(changes)), *METADATA_COLUMNS])

@@ -1128,12 +1128,15 @@ async fn read_rows(
     let builder = open_file(store, view).await?;
     let total = builder.metadata().file_metadata().num_rows() as u64;
     let mask = projection(&builder, names);
-    let schema = builder.schema().project(
-        &names
-            .iter()
-            .filter_map(|n| builder.schema().index_of(n).ok())
-            .collect::<Vec<_>>(),
-    )?;
+    // A projection reads the columns in the file's order, whatever the order of `names`
+    // (a table rewritten for a schema change may hold them in another order than the
+    // changes): the batches' schema lists them so, and callers take them by name.
+    let mut indices: Vec<usize> = names
+        .iter()
+        .filter_map(|n| builder.schema().index_of(n).ok())
+        .collect();
+    indices.sort_unstable();
+    let schema = builder.schema().project(&indices)?;
     let selection = select(positions, total);
     let batches: Vec<RecordBatch> = builder
         .with_projection(mask)
