@@ -115,6 +115,7 @@ def _spark_process(step: str, dsn: str, directory: Path) -> dict[str, Any]:
 
 
 @pytest.mark.java
+@pytest.mark.timeout(1800)  # two Spark processes with a Hive metastore: many minutes
 @pytest.mark.parametrize("pg", ["pg18"], indirect=True)
 def test_catalog_tables_equal_source(db: Any, tmp_path: Path) -> None:
     db.conn.execute(SCHEMA)
