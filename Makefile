@@ -8,10 +8,10 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.deps-stamp
 
-.PHONY: help venv jars build wheel check-wheels test lint rust-test pytest torture demo bench bench-capture bench-rust bench-py bench-live bench-spark fuzz captures clean
+.PHONY: help venv jars build bench-build wheel check-wheels test lint rust-test pytest torture demo bench bench-capture bench-rust bench-py bench-live bench-spark fuzz captures clean
 
 help:
-	@echo "make demo      mirror a live workload from a throwaway PostgreSQL into a local Spark warehouse"
+	@echo "make demo      a live workload on a throwaway PostgreSQL 18 kept as Delta tables (delta-rs), then read with Spark and compared with the source"
 	@echo "make test      lint, Rust tests, build the extension and wheel, pytest against PostgreSQL 15 and 18 and Spark"
 	@echo "make torture   the crash tortures in full (20 SIGKILLs each; make test runs them short)"
 	@echo "make wheel     the abi3 manylinux2014 wheels (x86_64, aarch64), in target/wheels"
@@ -51,21 +51,27 @@ $(ICEBERG_JARS_STAMP): deps/iceberg/pom.xml
 
 jars: $(JARS_STAMP) $(ICEBERG_JARS_STAMP)
 
-# Release build: tests, the demo and the benches all run the optimised extension, with the
-# test-only classes of the Cargo feature `test-client` (tests/client/test_pg_client.py); the
-# features are named in full rather than relying on how maturin merges pyproject.toml's.
-# It is the x86_64 manylinux wheel's build (`make wheel`: same Cargo target, same zig
-# linker), so the wheel build after it reuses every dependency, and it is installed as
-# `maturin develop` installs (editable): the extension goes into python/pgwire_cdc/ and
-# the venv imports the package from python/.
+# The extension tests, the demo and local work import: the `local` profile (Cargo.toml:
+# the release profile's optimisation without LTO, in parallel codegen units), with the
+# Delta deletion-vector writer (Cargo feature `delta`) and the test-only classes of the
+# feature `test-client` (tests/client/test_pg_client.py); the features are named in full
+# rather than relying on how maturin merges pyproject.toml's. Same Cargo target and zig
+# linker as the x86_64 wheel of `make wheel`; installed as `maturin develop` installs
+# (editable): the extension goes into python/pgwire_cdc/ and the venv imports the package
+# from python/. The benches build the release profile themselves (`make bench-build`);
+# `make demo`'s first build leaves the Delta writer out (FEATURES=python).
 DEV_WHEELS := target/dev-wheels
+PROFILE    ?= local
+FEATURES   ?= python,delta,test-client
+BUILT      := target/.built-features
 build: venv
 	rm -rf $(DEV_WHEELS)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/maturin build --release -q --zig \
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/maturin build --profile $(PROFILE) -q --zig \
 	  --compatibility manylinux2014 --target x86_64-unknown-linux-gnu \
-	  --features python,test-client -o $(DEV_WHEELS)
+	  --features $(FEATURES) -o $(DEV_WHEELS)
 	$(PIP) install -q --no-deps --force-reinstall $(DEV_WHEELS)/pgwire_cdc-*.whl
 	$(PY) tools/editable.py $(DEV_WHEELS)/pgwire_cdc-*.whl python
+	echo "$(FEATURES)" > $(BUILT)
 
 # The abi3 wheels users install (release profile; the features of pyproject.toml, so no
 # `test-client`): manylinux2014 (glibc 2.17: RHEL/Rocky 8, Debian 11, Ubuntu 20.04, Amazon
@@ -130,18 +136,27 @@ torture: build jars
 
 test: lint rust-test pytest
 
-demo: build jars
+# A first build for the demo leaves the Delta deletion-vector writer out (two thirds of the
+# build: the deltalake crate and its dependencies), so a fresh clone runs it in minutes;
+# once `make build` has built the full extension, the demo rebuilds that one.
+demo: venv jars
+	$(MAKE) build FEATURES=$$(cat $(BUILT) 2>/dev/null || echo python)
 	$(VENV)/bin/pgwire-cdc demo
 
 captures: build
 	$(PY) tests/support/capture/record.py
+
+# The benches measure what users install: the release profile of `make wheel` (LTO, one
+# codegen unit), built and installed as `make build` installs its own.
+bench-build: venv
+	$(MAKE) build PROFILE=release
 
 # Every side-by-side comparison, then benches/results/latest.md and ratios.png.
 bench: bench-capture bench-rust bench-py bench-live bench-spark
 	$(PY) benches/summary.py
 
 # The 1,000,000-insert capture the benches read (benches/.cache, recorded once).
-bench-capture: build
+bench-capture: bench-build
 	$(PY) benches/capture_stream.py
 
 bench-rust: bench-capture
@@ -149,7 +164,7 @@ bench-rust: bench-capture
 
 # pypgoutput is installed without its psycopg2 dependency (a source build needing libpq
 # headers); benches/requirements.txt has what its modules import.
-bench-py: build bench-capture
+bench-py: bench-build bench-capture
 	$(PIP) install -q --no-deps pypgoutput==0.0.3
 	$(PIP) install -q -r benches/requirements.txt
 	$(VENV)/bin/pytest benches -q --benchmark-only
@@ -158,7 +173,7 @@ bench-py: build bench-capture
 	$(PY) benches/memory.py
 
 # stream() vs pg_recvlogical and psycopg2 + pypgoutput; the snapshot vs ADBC.
-bench-live: build
+bench-live: bench-build
 	$(PIP) install -q --no-deps pypgoutput==0.0.3
 	$(PIP) install -q -r benches/requirements.txt
 	$(PY) benches/live.py
@@ -167,7 +182,7 @@ bench-live: build
 
 # Spark: the Arrow hand-off vs the pandas path; the Delta Lake sink (both writers) against
 # the Parquet mirror baseline: end-to-end changes/s, MERGE cost against table size, lag.
-bench-spark: build jars bench-capture
+bench-spark: bench-build jars bench-capture
 	$(PIP) install -q -r benches/requirements.txt
 	$(PY) benches/spark.py
 	$(PY) benches/delta_lake.py

@@ -40,6 +40,16 @@ AUTO_MIN_SMALL_FILES = 50
 #: full scan then reads 1.25 rows for each live one).
 AUTO_MAX_DELETED_RATIO = 0.2
 
+#: Whether this build of the extension has the deletion-vector writer (Cargo feature
+#: ``delta``: every wheel and ``make build`` do; ``make demo``'s quick first build does
+#: not, and its delta-rs writer MERGEs copy-on-write).
+HAS_DV_WRITER = hasattr(_native, "DeltaDvTable")
+
+NO_DV_WRITER = (
+    "this build of pgwire_cdc has no Delta deletion-vector writer (it was built without the "
+    "Cargo feature `delta`): install the wheel, or run `make build` in the source tree"
+)
+
 
 def compact(
     path: str,
@@ -56,6 +66,8 @@ def compact(
     ``rows_kept``, ``version``: the commit, None when nothing needed rewriting)."""
     if not 0.0 <= max_deleted_ratio < 1.0:
         raise ConfigError(f"max_deleted_ratio must be in [0, 1), not {max_deleted_ratio}")
+    if not HAS_DV_WRITER:
+        raise ConfigError(NO_DV_WRITER)
     table = _native.DeltaDvTable(path, dict(storage_options) if storage_options else None)
     stats: dict[str, Any] = table.compact(min_file_rows, target_file_size, max_deleted_ratio)
     return stats

@@ -33,7 +33,7 @@ from ..lakehouse.positions import Commit
 from ..lakehouse.sql import merge_clauses, quote_name, source_columns, split_name, unchanged_names
 from ..spark.types import spark_schema
 from .catalog import is_table_name
-from .maintain import compact_after_merge
+from .maintain import HAS_DV_WRITER, compact_after_merge
 from .stores import bucket_of, s3a_conf, spark_path
 from .table import DELETION_VECTORS, StorageOptions, open_table
 
@@ -94,7 +94,8 @@ class DeltaRsWriter:
         self.storage_options = dict(storage_options) if storage_options is not None else None
         #: Whether tables this writer creates have deletion vectors on; None: on a local
         #: file system, where its MERGEs use them, and off on an object store (where its
-        #: MERGE copies files either way: :meth:`merge_in_place`).
+        #: MERGE copies files either way: :meth:`merge_in_place`) or in a build without
+        #: the deletion-vector writer.
         self.deletion_vectors = deletion_vectors
         #: Whether a MERGE by deletion vectors is followed by the table's compaction
         #: when it needs one (:func:`~pgwire_cdc.delta.maintain.compact_after_merge`).
@@ -134,7 +135,7 @@ class DeltaRsWriter:
     def _with_deletion_vectors(self, path: str) -> bool:
         if self.deletion_vectors is not None:
             return self.deletion_vectors
-        return _local(path)
+        return _local(path) and HAS_DV_WRITER
 
     def merge_in_place(
         self, path: str, source: pa.Table, keys: list[str], commit: Commit
@@ -143,7 +144,7 @@ class DeltaRsWriter:
         None, having done nothing, when the table at ``path`` cannot take them."""
         if path not in self._in_place:
             self._in_place[path] = None
-            if _local(path):
+            if _local(path) and HAS_DV_WRITER:
                 opened = _native.DeltaDvTable(path, self.storage_options)
                 reason = opened.unsupported()
                 if reason is None:

@@ -7,6 +7,7 @@
 
 mod arrow;
 mod decoder;
+#[cfg(feature = "delta")]
 mod delta;
 mod errors;
 mod event;
@@ -37,6 +38,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<live::PyReplicationConnection>()?;
     m.add_class::<live::PySnapshotReader>()?;
     m.add_class::<live::PyLiveStream>()?;
+    // The Delta deletion-vector writer (Cargo feature `delta`): absent from a build
+    // without it, where the delta-rs writer MERGEs copy-on-write.
+    #[cfg(feature = "delta")]
     m.add_class::<delta::PyDeltaDvTable>()?;
     m.add_function(wrap_pyfunction!(binary_decodable, m)?)?;
     m.add_function(wrap_pyfunction!(merge::apply_changes, m)?)?;
