@@ -1,1 +1,1 @@
-"""Tests of admin."""
+"""`admin`, `catalog` and `check` against live servers."""

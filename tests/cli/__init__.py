@@ -1,1 +1,1 @@
-"""Tests of cli."""
+"""The `pgwire-cdc` command line."""

@@ -1,1 +1,1 @@
-"""Tests of client."""
+"""The Rust PostgreSQL client."""

@@ -1,1 +1,1 @@
-"""Tests of decoder."""
+"""The decoder: golden captures, malformed input, change tables, values against PostgreSQL."""

@@ -1,1 +1,1 @@
-"""Tests of delta."""
+"""The Delta Lake sink."""

@@ -1,1 +1,1 @@
-"""Tests of docs."""
+"""The README and `docs/`: examples, public names, the module graph, no development history."""

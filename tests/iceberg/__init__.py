@@ -1,1 +1,1 @@
-"""Tests of iceberg."""
+"""The Iceberg sink."""

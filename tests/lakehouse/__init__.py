@@ -1,1 +1,1 @@
-"""Tests of lakehouse."""
+"""What the Delta and Iceberg sinks share: the lakehouse sink, positions, `pipeline.run`."""

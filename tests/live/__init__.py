@@ -1,1 +1,1 @@
-"""Tests of live."""
+"""`stream()` against live servers."""

@@ -1,1 +1,1 @@
-"""Tests of spark."""
+"""Spark: `to_spark`, the data source, clusters, Spark Connect, the jars."""

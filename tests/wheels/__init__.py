@@ -1,1 +1,1 @@
-"""Tests of wheels."""
+"""The wheels users install."""
