@@ -31,14 +31,27 @@ its default properties (merge-on-read, format v3: a MERGE writes deletion vector
    (``delta_lake.last_commit``), Iceberg's snapshot summary and manifest entries. Where
    the time goes: Spark's own records of the MERGE (SQL executions, plan metrics, jobs
    and stages; :class:`Executions`), read after each run.
+3. **The MERGE statement against table size** (``--parts merge``; written to
+   ``benches/results/iceberg_merge.md`` and ``.json``). Tables of ``--sizes`` rows built as
+   in part 2 (Delta's deletion vectors turned on by delta-rs), and three batches:
+   ``--updates`` updates of random distinct keys; the same number of changes of which
+   ``--inserts`` insert new keys above the table's largest; ``--updates`` updates of the
+   newest keys (the last data file's). Three contenders on fresh copies
+   (:class:`IcebergMerge`: the Iceberg sink's steps from the change table, with the MERGE of
+   every clause or with ``iceberg.merge.merge_statement``'s statement and settings; the
+   delta-rs writer's MERGE by deletion vectors, ``DeltaSink(path, "delta-rs").apply``),
+   interleaved, taking turns at going first; each run checked (row count, updated values,
+   inserted keys) and, for Iceberg, profiled as in part 2 (rows and bytes shuffled, the
+   join, whether Spark's runtime Bloom filter ran).
 
 Usage (``make bench-spark`` runs it with the defaults)::
 
-    .venv/bin/python benches/iceberg_lake.py [--parts e2e,scale] [--base-rows 1000000]
-        [--changes 200000] [--sizes 1000000,10000000] [--repeat 5]
+    .venv/bin/python benches/iceberg_lake.py [--parts e2e,scale,merge] [--base-rows 1000000]
+        [--changes 200000] [--sizes 1000000,10000000] [--updates 10000] [--inserts 1000]
+        [--repeat 5]
 
-A run of only some parts keeps the other parts' last results in ``iceberg.json`` and
-rewrites ``iceberg.md`` from all of them.
+A run of only some of parts 1 and 2 keeps the other's last results in ``iceberg.json`` and
+rewrites ``iceberg.md`` from both.
 """
 
 from __future__ import annotations
@@ -68,11 +81,22 @@ sys.path.insert(0, str(HERE))
 
 import delta_lake as dl  # noqa: E402  (also puts tests/ on sys.path: support.server)
 import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
 from bench_common import check_release_build, machine_info  # noqa: E402
 from live import SETTINGS  # noqa: E402
-from pgwire_cdc import delta, iceberg  # noqa: E402
+from pgwire_cdc import _native, delta, iceberg  # noqa: E402
+from pgwire_cdc.iceberg.merge import (  # noqa: E402
+    adds_keys,
+    applied,
+    key_bounds,
+    merge_statement,
+    row_kinds,
+)
 from pgwire_cdc.lakehouse.shape import data_columns, lake_shape  # noqa: E402
+from pgwire_cdc.lakehouse.sql import merge_clauses, unchanged_names  # noqa: E402
 from pgwire_cdc.spark.types import spark_schema  # noqa: E402
+from pgwire_cdc.streaming import Batch  # noqa: E402
+from pgwire_cdc.tables import key_columns, table_of  # noqa: E402
 from support.server import PgCluster  # noqa: E402
 
 RESULTS = HERE / "results"
@@ -288,7 +312,9 @@ class Executions:
             "scans": 0,
             "scan_columns": [],
             "shuffle_bytes": 0,
+            "shuffle_records": 0,
             "joins": [],
+            "runtime_filter": False,
         }
         for e in executions:
             done = e.completionTime()
@@ -328,6 +354,8 @@ class Executions:
                             "shuffle_write_bytes": int(stage.shuffleWriteBytes()),
                         }
                     )
+            if "might_contain(" in str(e.physicalPlanDescription()):
+                out["runtime_filter"] = True
             for columns in scan_columns(str(e.physicalPlanDescription())):
                 if columns not in out["scan_columns"]:
                     out["scan_columns"].append(columns)
@@ -352,6 +380,7 @@ class Executions:
                     out["scan_rows"] += int(metrics.get("number of output rows", 0))
                 if name == "Exchange":
                     out["shuffle_bytes"] += int(metrics.get("shuffle bytes written", 0))
+                    out["shuffle_records"] += int(metrics.get("shuffle records written", 0))
         out["jobs_ms"] = union_ms(spans)
         out["stages"] = sorted({s["id"]: s for s in stages}.values(), key=lambda s: s["id"])
         return out
@@ -565,6 +594,266 @@ def bench_scale(
                         f"scans, {profile.get('shuffle_bytes', 0) / 1e6:,.1f} MB shuffled)",
                         flush=True,
                     )
+            shutil.rmtree(delta_master, ignore_errors=True)
+            results["sizes"][str(size)] = entry
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+# -- 3. the MERGE statement against table size ----------------------------------------
+
+#: Part 3's contenders.
+MERGE_CONTENDERS = {
+    "iceberg-every-clause": "Iceberg, every clause for every batch",
+    "iceberg": "Iceberg, `iceberg.merge.merge_statement`",
+    "delta-rs-dv": "Delta, delta-rs writer (deletion vectors)",
+}
+
+
+def every_clause_statement(
+    ref: str, view: str, columns: list[str], keys: list[str], unchanged: set[str], truncate: bool
+) -> str:
+    """The MERGE with every clause whatever the batch holds: what the Iceberg sink ran
+    for each batch before it used :func:`pgwire_cdc.iceberg.merge.merge_statement`."""
+    clauses = merge_clauses(columns, keys, unchanged, spark=True)
+    update = ", ".join(f"t.{c} = {e}" for c, e in clauses["update"].items())
+    names = ", ".join(clauses["insert"])
+    values = ", ".join(clauses["insert"].values())
+    sql = (
+        f"MERGE INTO {ref} t USING {view} s ON {clauses['on']} "
+        "WHEN MATCHED AND s._delete THEN DELETE "
+        f"WHEN MATCHED THEN UPDATE SET {update} "
+        f"WHEN NOT MATCHED AND NOT s._delete THEN INSERT ({names}) VALUES ({values})"
+    )
+    if truncate:
+        sql += " WHEN NOT MATCHED BY SOURCE THEN DELETE"
+    return sql
+
+
+def mixed_batch(
+    template: pa.Table, updated: list[int], added: list[int], commit_lsn: int, seed: int
+) -> Batch:
+    """``delta_lake.update_batch`` of the keys ``updated``, then inserts of the new keys
+    ``added`` (real row values, as the updates have)."""
+    batch = dl.update_batch(template, [*updated, *added], commit_lsn, seed)
+    changes = batch.tables[dl.TABLE]
+    i = changes.schema.get_field_index("_change_type")
+    field = changes.schema.field(i)
+    kinds = pa.array(["update"] * len(updated) + ["insert"] * len(added), field.type)
+    return Batch(tables={dl.TABLE: changes.set_column(i, field, kinds)}, lsn=batch.lsn)
+
+
+def link_copy(src: Path, dst: Path) -> None:
+    """A copy of a Delta table's directory whose Parquet files are hard links: delta-rs
+    never changes a file, it writes new ones (data, deletion vectors, log entries)."""
+
+    def copy(s: str, d: str) -> None:
+        if s.endswith(".parquet"):
+            os.link(s, d)
+        else:
+            shutil.copy2(s, d)
+
+    shutil.copytree(src, dst, copy_function=copy)
+
+
+class IcebergMerge:
+    """Part 3's Iceberg MERGE, as the sink runs it from a batch's change table: reduced
+    (``_native.reduce_changes``), a temporary view of the reduced rows, one MERGE (every
+    clause, or ``merge_statement``'s with its session settings held), the view dropped."""
+
+    def __init__(self, lake: Lake) -> None:
+        self.lake = lake
+        self.views = 0
+
+    def __call__(
+        self, ref: str, batch: Batch, statement: str, spent: dict[str, float], profile: Any
+    ) -> float:
+        spark = self.lake.spark
+        start = time.perf_counter()
+        changes = lake_shape(batch.tables[dl.TABLE])
+        columns = data_columns(changes)
+        keys = key_columns(changes)
+        assert keys is not None
+        stream, counts = _native.reduce_changes(changes, columns, keys)
+        source = table_of(stream)
+        if pc.any(source["_from"].is_valid()).as_py():
+            raise AssertionError("the bench's batches move no row")
+        source = source.drop_columns(["_from"])
+        self.views += 1
+        view = f"pgwire_cdc_bench_source_{self.views}"
+        spark.createDataFrame(source, schema=spark_schema(source.schema)).createOrReplaceTempView(
+            view
+        )
+        truncate = counts["truncated"] > 0
+        if statement == "iceberg":
+            st = merge_statement(
+                ref,
+                view,
+                columns,
+                keys,
+                unchanged_names(source),
+                truncate=truncate,
+                **row_kinds(source, adds=adds_keys(changes, keys)),
+                bounds=key_bounds(source.select(keys)),
+            )
+            sql, settings = st.sql, st.settings
+        else:
+            sql = every_clause_statement(
+                ref, view, columns, keys, unchanged_names(source), truncate
+            )
+            settings = {}
+        try:
+            with sql_timer(spark, spent, profile), applied(spark.conf, settings):
+                spark.sql(sql).collect()
+        finally:
+            spark.catalog.dropTempView(view)
+        return time.perf_counter() - start
+
+
+def bench_merge(
+    cluster: PgCluster, spark: Any, lake: Lake, args: argparse.Namespace
+) -> dict[str, Any]:
+    contenders = list(MERGE_CONTENDERS)
+    template = dl.template_rows(cluster, min(args.rows_per_file, max(args.sizes)))
+    work = Path(tempfile.mkdtemp(prefix="pgwire_cdc_bench_iceberg_merge_", dir=args.workdir))
+    batches = {
+        "updates": f"{args.updates:,} updates of random keys",
+        "mixed": f"{args.inserts:,} inserts of new keys + {args.updates - args.inserts:,} "
+        "updates of random keys",
+        "recent": f"{args.updates:,} updates of the newest keys",
+    }
+    results: dict[str, Any] = {
+        "ran": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        "load": os.getloadavg()[0],
+        "updates": args.updates,
+        "inserts": args.inserts,
+        "rows_per_file": args.rows_per_file,
+        "repeat": args.repeat,
+        "batches": batches,
+        "sizes": {},
+    }
+    merge = IcebergMerge(lake)
+    lsn = 1 << 41
+    runs = 0
+
+    def one(
+        w: str, size: int, masters: dict[str, Any], updated: list[int], added: list[int], seed: int
+    ) -> dict[str, Any]:
+        """One timed MERGE of contender ``w`` on a fresh copy of the table, checked."""
+        nonlocal lsn, runs
+        lsn += 100_000
+        runs += 1
+        batch = mixed_batch(template, updated, added, lsn, seed)
+        rows = size + len(added)
+        spent: dict[str, float] = {}
+        profile: dict[str, Any] = {}
+        if w == "delta-rs-dv":
+            run = work / f"delta-run-{runs}"
+            link_copy(masters["delta"], run)
+            sink = delta.DeltaSink(run, "delta-rs", spark)
+            os.sync()
+            start = time.perf_counter()
+            sink.apply(batch)
+            took = time.perf_counter() - start
+            path = delta.table_path(run, dl.TABLE)
+            dl.check_updated(path, batch, rows)
+            commit = dl.last_commit(path)
+            shutil.rmtree(run, ignore_errors=True)
+            return {"s": took, "commit": commit}
+        ns = f"merge_run_{runs}"
+        lake.register(masters["iceberg"], ns)
+        ref = lake.ref(ns)
+        spark.sql(f"REFRESH TABLE {ref}")
+        os.sync()
+        took = merge(ref, batch, w, spent, profile)
+        check_iceberg(lake, ref, batch, rows)
+        (found,) = spark.sql(f"SELECT count(*) AS n FROM {ref} WHERE id > {size}").collect()
+        if found["n"] != len(added):
+            raise AssertionError(f"{ref}: {found['n']} new keys, expected {len(added)}")
+        return {
+            "s": took,
+            "statement_s": spent.get("MERGE", 0.0),
+            "profile": profile,
+            "commit": lake.last_commit(ref),
+        }
+
+    def keys_of(size: int, kind: str, rep: int) -> tuple[list[int], list[int]]:
+        picked = random.Random(size * 7 + rep).sample(range(1, size + 1), args.updates)
+        if kind == "updates":
+            return picked, []
+        if kind == "recent":
+            return list(range(size - args.updates + 1, size + 1)), []
+        return picked[args.inserts :], list(range(size + 1, size + 1 + args.inserts))
+
+    try:
+        # Warm-up (JIT, Spark's first plans of each statement, delta-rs's first MERGE).
+        warm = min(100_000, template.num_rows)
+        warm_delta = work / "warm-delta"
+        dl.build_table(template, warm, warm, delta.table_path(warm_delta, dl.TABLE))
+        delta.enable_deletion_vectors(delta.table_path(warm_delta, dl.TABLE))
+        warm_masters = {
+            "delta": warm_delta,
+            "iceberg": build_iceberg(lake, template, warm, warm, "merge_warm"),
+        }
+        for kind in batches:
+            updated = random.Random(1).sample(range(1, warm + 1), 1_000)
+            if kind == "recent":
+                updated = list(range(warm - 999, warm + 1))
+            added = list(range(warm + 1, warm + 101)) if kind == "mixed" else []
+            for w in contenders:
+                one(w, warm, warm_masters, updated, added, 0)
+        shutil.rmtree(warm_delta)
+        for size in args.sizes:
+            start = time.perf_counter()
+            delta_master = work / f"{size}-delta"
+            path = delta.table_path(delta_master, dl.TABLE)
+            dl.build_table(template, size, args.rows_per_file, path)
+            delta.enable_deletion_vectors(path)
+            delta_files, delta_bytes = dl.delta_files(path)
+            ns = f"merge_{size}"
+            masters = {
+                "delta": delta_master,
+                "iceberg": build_iceberg(lake, template, size, args.rows_per_file, ns),
+            }
+            files = lake.files(lake.ref(ns))
+            print(
+                f"merge: {size:,} rows built ({time.perf_counter() - start:.0f} s): Delta "
+                f"{delta_files} files, {delta_bytes / 1e6:,.0f} MB; Iceberg {files['files']} "
+                f"files, {files['bytes'] / 1e6:,.0f} MB",
+                flush=True,
+            )
+            entry: dict[str, Any] = {
+                "delta": {"files": delta_files, "bytes": delta_bytes},
+                "iceberg": files,
+                "batches": {kind: {w: {"runs": []} for w in contenders} for kind in batches},
+            }
+            # Runs interleave the contenders, each taking its turn at going first.
+            for rep in range(args.repeat):
+                for kind in batches:
+                    updated, added = keys_of(size, kind, rep)
+                    turn = rep % len(contenders)
+                    for w in contenders[turn:] + contenders[:turn]:
+                        res = one(w, size, masters, updated, added, rep)
+                        res["load"] = os.getloadavg()[0]
+                        entry["batches"][kind][w]["runs"].append(res)
+                        prof = res.get("profile") or {}
+                        print(
+                            f"merge: {size:,} rows, {kind}, {w}, run {rep + 1}: "
+                            f"{res['s']:.2f} s"
+                            + (
+                                f" (MERGE statement {res['statement_s']:.2f} s, Spark jobs "
+                                f"{prof.get('jobs_ms', 0) / 1000:.2f} s, "
+                                f"{prof.get('shuffle_records', 0):,.0f} rows / "
+                                f"{prof.get('shuffle_bytes', 0) / 1e6:,.1f} MB shuffled, "
+                                f"{', '.join(prof.get('joins', []))}"
+                                f"{', Bloom filter' if prof.get('runtime_filter') else ''})"
+                                if w != "delta-rs-dv"
+                                else ""
+                            )
+                            + f"; load {res['load']:.2f}",
+                            flush=True,
+                        )
             shutil.rmtree(delta_master, ignore_errors=True)
             results["sizes"][str(size)] = entry
     finally:
@@ -986,9 +1275,138 @@ def save(parts: dict[str, Any], args: argparse.Namespace, pg_version: int) -> No
     args.out.write_text("\n".join(render(parts, env)))
 
 
+def render_merge(part: dict[str, Any], env: dict[str, str]) -> list[str]:
+    """``iceberg_merge.md``: part 3."""
+    sizes = sorted(part["sizes"], key=int)
+    lines = [
+        "# Iceberg's MERGE against table size: the statement of `iceberg.merge`, next to "
+        "every clause and to Delta",
+        "",
+        f"- Written: {env['date']}; ran {part['ran']}. Machine: {env['nproc']} cores "
+        f"({env['cpu']}), 24 GiB RAM, {env['os']}; Python {env['python']}; PySpark "
+        f"{env.get('pyspark', '?')} (`local[2]`, driver memory {env.get('spark_memory', '?')}); "
+        f"Iceberg {env.get('iceberg_spark', '?')} Spark runtime; deltalake (delta-rs) "
+        f"{env.get('deltalake', '?')}; PostgreSQL {env.get('postgres', '?')} (the template "
+        f"rows); release build of pgwire_cdc ({env.get('build', '?')}).",
+        "- Reproduce: `.venv/bin/python benches/iceberg_lake.py --parts merge` (defaults: "
+        "`--sizes 1000000,10000000 --updates 10000 --inserts 1000 --repeat 5`); script and "
+        "method: `benches/iceberg_lake.py`, part 3.",
+        "- Noise: 2 cores shared with other jobs;" + load_note(part) + " Each run's load is "
+        "in `iceberg_merge.json`. Contenders run interleaved, taking turns at going first; "
+        "best and median of the runs.",
+        "",
+        f"Tables of the `bench` shape, {part['rows_per_file']:,} rows per data file, built "
+        "from one tile of real rows generated by PostgreSQL, ids shifted per tile (ids "
+        "ascending, so each file holds one range of keys). Iceberg: created as the sink "
+        "creates its tables (merge-on-read, format v3), written by Spark; every run "
+        "registers the built table's metadata file anew (`register_table`: same snapshot and "
+        "files, nothing of another run). Delta: written by delta-rs, deletion vectors turned "
+        "on; every run a copy (data files hard-linked). Each batch is one transaction of real "
+        "row values (`score` and `flag` changed, no column left unchanged); the updated keys "
+        "drawn at random over the whole table, or the newest ones (the last data file's); the "
+        "inserted keys new ones above the largest. "
+        "Iceberg: from the batch's change table, the sink's steps (reduce, a temporary view "
+        "of the reduced rows, one MERGE, the view dropped), with the MERGE of every clause "
+        "(what the sink ran for every batch before) or with the statement "
+        "`iceberg.merge.merge_statement` builds, its session settings held. Delta: "
+        "`DeltaSink(path, 'delta-rs').apply(batch)` on the table with deletion vectors (a "
+        "process's first MERGE: it reads every key). Each run is checked (row count, updated "
+        "values, inserted keys).",
+        "",
+    ]
+    for kind, label in part["batches"].items():
+        lines += [
+            f"## {label}",
+            "",
+            "| table rows | contender | best s | median s | all runs (s) |",
+            "|---:|---|---:|---:|---|",
+        ]
+        for size in sizes:
+            for w, res in part["sizes"][size]["batches"][kind].items():
+                times = [r["s"] for r in res["runs"]]
+                lines.append(
+                    f"| {int(size):,} | {MERGE_CONTENDERS[w]} | {min(times):.2f} | "
+                    f"{statistics.median(times):.2f} | "
+                    f"{', '.join(f'{t:.2f}' for t in times)} |"
+                )
+        if len(sizes) >= 2:
+            small, big = sizes[0], sizes[-1]
+            lines += ["", f"{int(big) // int(small)}x the rows, time over the small table's:", ""]
+            for w in part["sizes"][small]["batches"][kind]:
+                a = [r["s"] for r in part["sizes"][small]["batches"][kind][w]["runs"]]
+                b = [r["s"] for r in part["sizes"][big]["batches"][kind][w]["runs"]]
+                lines.append(
+                    f"- {MERGE_CONTENDERS[w]}: best **{min(b) / min(a):.1f}x**, medians "
+                    f"{statistics.median(b) / statistics.median(a):.1f}x"
+                )
+        lines.append("")
+    lines += [
+        "## Where a MERGE's time goes",
+        "",
+        "Iceberg's runs with the median time, from Spark's own records of the MERGE (its "
+        "SQL status store: plan nodes and their metrics; jobs and stages): *statement*, the "
+        '`spark.sql("MERGE ...")` call; *Spark jobs*, the time some job of it ran (the '
+        "rest is the driver's: planning, table metadata, the commit); *table rows read*, "
+        "what the scan of the table returned; *rows shuffled*, records written by all of "
+        "its exchanges (the table's side, the batch's side, the rows to write).",
+        "",
+        "| batch | table rows | contender | apply s | statement s | Spark jobs s | table rows "
+        "read | rows shuffled | MB shuffled | join | Bloom filter | what the commit wrote |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|---|",
+    ]
+    for kind in part["batches"]:
+        for size in sizes:
+            for w, res in part["sizes"][size]["batches"][kind].items():
+                if w == "delta-rs-dv":
+                    continue
+                times = [r["s"] for r in res["runs"]]
+                run = res["runs"][median_run(times)]
+                prof = run["profile"]
+                lines.append(
+                    f"| {kind} | {int(size):,} | {MERGE_CONTENDERS[w]} | {run['s']:.2f} | "
+                    f"{run['statement_s']:.2f} | {prof.get('jobs_ms', 0) / 1000:.2f} | "
+                    f"{prof.get('scan_rows', 0):,.0f} | {prof.get('shuffle_records', 0):,.0f} | "
+                    f"{prof.get('shuffle_bytes', 0) / 1e6:,.1f} | "
+                    f"{', '.join(prof.get('joins', []))} | "
+                    f"{'yes' if prof.get('runtime_filter') else 'no'} | "
+                    f"{iceberg_wrote(run['commit'])} |"
+                )
+    lines.append("")
+    return lines
+
+
+def save_merge(part: dict[str, Any], args: argparse.Namespace, pg_version: int | None) -> Path:
+    env = environment(args, pg_version)
+    env["build"] = check_release_build() or "release"
+    figures: dict[str, float] = {}
+    for size, entry in part["sizes"].items():
+        for kind, by in entry["batches"].items():
+            for w, res in by.items():
+                figures[f"MERGE, {kind}, {int(size):,} rows, {w}, best ms"] = (
+                    min(r["s"] for r in res["runs"]) * 1000
+                )
+    out = args.out.with_name("iceberg_merge.md")
+    out.with_suffix(".json").write_text(
+        json.dumps(
+            {
+                "date": env["date"],
+                "machine": f"nproc={env['nproc']}, {platform.platform()}",
+                "ratios": {},
+                "figures": figures,
+                "parts": {"merge": part},
+                "environment": env,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    out.write_text("\n".join(render_merge(part, env)))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--parts", default="e2e,scale")
+    ap.add_argument("--parts", default="e2e,scale,merge")
     ap.add_argument("--contenders", default="parquet,spark,iceberg", help="part 1's sinks")
     ap.add_argument("--base-rows", type=int, default=1_000_000)
     ap.add_argument("--changes", type=int, default=200_000)
@@ -997,6 +1415,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="1000000,10000000")
     ap.add_argument("--rows-per-file", type=int, default=dl.DEFAULT_ROWS_PER_FILE)
     ap.add_argument("--updates", type=int, default=10_000)
+    ap.add_argument(
+        "--inserts", type=int, default=1_000, help="part 3's mixed batch: inserts of --updates"
+    )
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--spark-memory", default="8g")
     ap.add_argument("--server", default="pg15")
@@ -1023,6 +1444,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.render_only:
         args.out.write_text("\n".join(render(parts, stored.get("environment") or {})))
         print(args.out.read_text())
+        merge_out = args.out.with_name("iceberg_merge.md")
+        if merge_out.with_suffix(".json").exists():
+            merged = json.loads(merge_out.with_suffix(".json").read_text())
+            merge_out.write_text(
+                "\n".join(render_merge(merged["parts"]["merge"], merged["environment"]))
+            )
+            print(merge_out.read_text())
         return 0
 
     from pgwire_cdc.spark import session
@@ -1063,11 +1491,17 @@ def main(argv: list[str] | None = None) -> int:
                 parts["scale"] = bench_scale(cluster, spark, lake, args)
             parts["scale"]["load_during"] = load.summary()
             save(parts, args, pg_version)
+        if "merge" in args.parts:
+            with LoadSampler() as load:
+                merged = bench_merge(cluster, spark, lake, args)
+            merged["load_during"] = load.summary()
+            print(save_merge(merged, args, pg_version).read_text())
     finally:
         cluster.stop()
         spark.stop()
         shutil.rmtree(catalog_dir, ignore_errors=True)
-    print(args.out.read_text())
+    if {"e2e", "scale"} & set(args.parts):
+        print(args.out.read_text())
     print(f"ran {time.perf_counter() - started:.0f} s", flush=True)
     return 0
 
