@@ -178,7 +178,14 @@ class DeltaTables:
         self._changed(ref)
 
     def merge(
-        self, ref: str, source: pa.Table, keys: list[str], truncate: bool, mark: Mark
+        self,
+        ref: str,
+        source: pa.Table,
+        keys: list[str],
+        truncate: bool,
+        mark: Mark,
+        *,
+        adds: bool = True,
     ) -> None:
         commit = mark.commit()
         self._changed(ref)

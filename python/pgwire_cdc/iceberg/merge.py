@@ -28,7 +28,8 @@ when they do not.
 
 Which clauses a batch needs: the DELETE when a source row deletes a key (a deleted key, or
 the old key of a row moved to a new key), the UPDATE when a row is upserted, the INSERT
-when an upserted key may be missing from the table (:func:`adds_keys`, :func:`row_kinds`).
+when an upserted key may be missing from the table
+(:func:`~pgwire_cdc.lakehouse.sink.adds_keys`, :func:`row_kinds`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..lakehouse.sink import adds_keys as adds_keys
 from ..lakehouse.sql import merge_clauses, quote_name, sql_string
 
 #: The largest source (as Spark estimates it) an inner-join MERGE broadcasts: the sink's
@@ -223,33 +225,6 @@ def key_bounds(keys: pa.Table) -> dict[str, tuple[Any, Any]]:
         if lo is not None and hi is not None:
             out[name] = (lo, hi)
     return out
-
-
-def adds_keys(changes: pa.Table, keys: Sequence[str], *, copying: bool = False) -> bool:
-    """Whether applying the change table ``changes`` may upsert a key its table lacks: it
-    holds an insert or a snapshot row (``read``), or an update that moved a row to a new
-    key (its old image's key differs), or ``copying``: the table is still being copied
-    (an update may then name a key no chunk has brought yet). When False, every key the
-    batch upserts is in the table, so the MERGE needs no INSERT clause."""
-    if copying:
-        return True
-    kinds = changes["_change_type"]
-    if pc.any(pc.is_in(kinds, value_set=pa.array(["insert", "read"]))).as_py():
-        return True
-    if "_before" not in changes.column_names:
-        return False
-    updates = changes.filter(pc.equal(kinds, "update"))
-    if updates.num_rows == 0:
-        return False
-    before = updates["_before"].combine_chunks()
-    with_image = before.is_valid()
-    moved = pa.array([False] * updates.num_rows)
-    for k in keys:
-        old = pc.struct_field(before, k)
-        new = updates[k].combine_chunks()
-        differs = pc.fill_null(pc.not_equal(old, new), False)
-        moved = pc.or_(moved, pc.and_(differs, with_image))
-    return bool(pc.any(moved).as_py())
 
 
 def row_kinds(source: pa.Table, *, adds: bool) -> dict[str, int]:

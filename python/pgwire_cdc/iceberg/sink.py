@@ -25,12 +25,12 @@ from ..lakehouse.sink import LakehouseSink
 from ..lakehouse.sql import (
     default_table_name,
     key_filter,
-    merge_clauses,
     quote_name,
     source_columns,
     unchanged_names,
 )
 from ..spark.types import spark_schema
+from .merge import applied, key_bounds, merge_statement, row_kinds
 from .table import SNAPSHOT_PROPERTY, Position, exists, position, refresh, table_ref
 
 if TYPE_CHECKING:
@@ -203,30 +203,42 @@ class IcebergTables:
             empty.writeTo(ref).append()
 
     def merge(
-        self, ref: str, source: pa.Table, keys: list[str], truncate: bool, mark: Mark
+        self,
+        ref: str,
+        source: pa.Table,
+        keys: list[str],
+        truncate: bool,
+        mark: Mark,
+        *,
+        adds: bool = True,
     ) -> None:
         """One MERGE of ``source`` into ``ref``, moved rows filled first
-        (:func:`~pgwire_cdc.lakehouse.moved.fill_moved`)."""
+        (:func:`~pgwire_cdc.lakehouse.moved.fill_moved`), shaped so that its cost follows
+        the batch (:func:`~pgwire_cdc.iceberg.merge.merge_statement`)."""
         source = fill_moved(source, keys, lambda old: self.read(ref, source_columns(source), old))
+        summary = self._summary(mark)
+        if source.num_rows == 0 and not truncate:
+            # Nothing to change, but the position to record.
+            with self._recording(summary):
+                self.spark.table(ref).limit(0).writeTo(ref).append()
+            return
         columns = source_columns(source)
         self._view += 1
         view = f"pgwire_cdc_iceberg_source_{self._view}"
         self._frame(source).createOrReplaceTempView(view)
-        clauses = merge_clauses(columns, keys, unchanged_names(source), spark=True)
-        update = ", ".join(f"t.{c} = {e}" for c, e in clauses["update"].items())
-        names = ", ".join(clauses["insert"])
-        values = ", ".join(clauses["insert"].values())
-        sql = (
-            f"MERGE INTO {ref} t USING {view} s ON {clauses['on']} "
-            "WHEN MATCHED AND s._delete THEN DELETE "
-            f"WHEN MATCHED THEN UPDATE SET {update} "
-            f"WHEN NOT MATCHED AND NOT s._delete THEN INSERT ({names}) VALUES ({values})"
+        statement = merge_statement(
+            ref,
+            view,
+            columns,
+            keys,
+            unchanged_names(source),
+            truncate=truncate,
+            bounds=key_bounds(source.select(keys)),
+            **row_kinds(source, adds=adds),
         )
-        if truncate:
-            sql += " WHEN NOT MATCHED BY SOURCE THEN DELETE"
         try:
-            with self._recording(self._summary(mark)):
-                self.spark.sql(sql).collect()
+            with applied(self.spark.conf, statement.settings), self._recording(summary):
+                self.spark.sql(statement.sql).collect()
         finally:
             self.spark.catalog.dropTempView(view)
 

@@ -125,7 +125,14 @@ class TableFormat(Protocol):
         ...
 
     def merge(
-        self, ref: str, source: pa.Table, keys: list[str], truncate: bool, mark: Mark
+        self,
+        ref: str,
+        source: pa.Table,
+        keys: list[str],
+        truncate: bool,
+        mark: Mark,
+        *,
+        adds: bool = True,
     ) -> None:
         """One MERGE of a reduced change table (``_native.reduce_changes``: one final
         change per key, ``_delete``, ``_unchanged``, ``_from``) matched on ``keys``: a
@@ -133,7 +140,9 @@ class TableFormat(Protocol):
         ``_unchanged`` keeping the table's value — for a row that moved to a new key, the
         value of the row under its old key (``_from``;
         :func:`~pgwire_cdc.lakehouse.moved.fill_moved` fills them with one read). With
-        ``truncate``, the rows the source does not name are deleted too."""
+        ``truncate``, the rows the source does not name are deleted too. ``adds``: some
+        upserted key may be missing from the table (False: every one is there, see
+        :func:`~pgwire_cdc.lakehouse.sink.adds_keys`)."""
         ...
 
     def record_progress(self, ref: str, batch_lsn: int, progress: Any) -> None:

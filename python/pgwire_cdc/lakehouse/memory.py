@@ -175,7 +175,14 @@ class MemoryTables:
         self._record(table, mark)
 
     def merge(
-        self, ref: str, source: pa.Table, keys: list[str], truncate: bool, mark: Mark
+        self,
+        ref: str,
+        source: pa.Table,
+        keys: list[str],
+        truncate: bool,
+        mark: Mark,
+        *,
+        adds: bool = True,
     ) -> None:
         source = fill_moved(source, keys, lambda old: self.read(ref, source_columns(source), old))
         self._commit(LoggedCommit(ref, "merge", mark, source.num_rows))
@@ -200,6 +207,10 @@ class MemoryTables:
                 kept[i] = {c: row[c] if c in unchanged else change[c] for c in columns} | {
                     c: row[c] for c in row if c not in columns
                 }
+            elif not adds:
+                raise MemoryTableError(
+                    f"{ref}: a MERGE told no key is new upserts a key the table lacks"
+                )
             else:
                 inserted.append({c: change[c] for c in columns})
         rows = [r for r in kept if r is not None]

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .. import _native
 from ..tables import METADATA_COLUMNS, key_columns, mark_unchanged, parse_segment_key, table_of
@@ -62,6 +63,34 @@ def segments(tables: Mapping[str, pa.Table]) -> dict[str, list[pa.Table]]:
         name: [changes for _, changes in sorted(parts, key=lambda p: p[0])]
         for name, parts in groups.items()
     }
+
+
+def adds_keys(changes: pa.Table, keys: list[str], *, copying: bool = False) -> bool:
+    """Whether applying the change table ``changes`` may upsert a key its table lacks: it
+    holds an insert or a snapshot row (``read``), or an update that moved a row to a new
+    key (its old image's key differs), or ``copying``: the table is still being copied
+    (an update may then name a key no chunk has brought yet). When False, every key the
+    batch upserts is in the table already (a format's MERGE may then leave out its INSERT
+    clause)."""
+    if copying:
+        return True
+    kinds = changes["_change_type"]
+    if pc.any(pc.is_in(kinds, value_set=pa.array(["insert", "read"]))).as_py():
+        return True
+    if "_before" not in changes.column_names:
+        return False
+    updates = changes.filter(pc.equal(kinds, "update"))
+    if updates.num_rows == 0:
+        return False
+    before = updates["_before"].combine_chunks()
+    with_image = before.is_valid()
+    moved = pa.array([False] * updates.num_rows)
+    for k in keys:
+        old = pc.struct_field(before, k)
+        new = updates[k].combine_chunks()
+        differs = pc.fill_null(pc.not_equal(old, new), False)
+        moved = pc.or_(moved, pc.and_(differs, with_image))
+    return bool(pc.any(moved).as_py())
 
 
 class LakehouseSink:
@@ -327,8 +356,10 @@ class LakehouseSink:
             stream, counts = _native.apply_changes(base, changes, None)
             self.format.write(ref, table_of(stream), "overwrite", mark)
         else:
+            copying = isinstance(self._progress.get(name), list)
+            adds = adds_keys(changes, keys, copying=copying)
             stream, counts = _native.reduce_changes(changes, columns, keys)
-            self.format.merge(ref, table_of(stream), keys, counts["truncated"] > 0, mark)
+            self.format.merge(ref, table_of(stream), keys, counts["truncated"] > 0, mark, adds=adds)
         stats.add({k: v for k, v in counts.items() if k in vars(stats)})
         stats.commits += 1
         self._committed(ref, mark)
