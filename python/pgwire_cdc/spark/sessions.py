@@ -4,6 +4,7 @@ source)."""
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, cast
 
 from ..errors import ConfigError
@@ -215,20 +216,84 @@ def missing_package_error(error: BaseException) -> ConfigError | None:
 
 
 def register(spark: SparkSession) -> None:
-    """Registers the ``pgwire_cdc`` data source on ``spark``: ``spark.read`` (a table
-    read by Spark tasks under one snapshot, :mod:`pgwire_cdc.spark.snapshot`) and
-    ``spark.readStream`` (changes): :mod:`pgwire_cdc.spark.source`."""
-    from pyspark.errors import AnalysisException
+    """Makes ``format("pgwire_cdc")`` resolve on ``spark`` (classic or Spark Connect):
+    ``spark.read`` (a table read by Spark tasks under one snapshot,
+    :mod:`pgwire_cdc.spark.snapshot`) and ``spark.readStream`` (changes):
+    :mod:`pgwire_cdc.spark.source`.
 
+    Spark usually finds the source by itself (the top-level ``pyspark_pgwire_cdc``
+    module), but it looks for it with the Python of ``$PYSPARK_DRIVER_PYTHON``, else
+    ``$PYSPARK_PYTHON``, else ``python3`` on the ``PATH`` — not ``spark.pyspark.python``: a
+    session whose builder names the Python while the process has neither variable nor an
+    activated virtual environment finds nothing (``DATA_SOURCE_NOT_FOUND``). So the source
+    is registered here only where Spark did not find it (a registration over Spark's own
+    logs a warning that it replaced it), for the Python the session names
+    (:func:`_register_source`), and the package's entry points that read through it call
+    this on the session they are given. Checked once per session object
+    (:func:`source_found`: no Python worker, no job)."""
+    if spark in _REGISTERED:
+        return
+    if not source_found(spark):
+        _register_source(spark)
+    _REGISTERED.add(spark)
+
+
+def _register_source(spark: SparkSession) -> None:
+    """Registers the data source on ``spark``. A classic session starts the Python
+    workers of a registered source (the driver's planner, the executors' readers) with
+    the interpreter PySpark took from ``$PYSPARK_PYTHON`` when the SparkContext started
+    (else ``python3``), even where the session names its own in ``spark.pyspark.python``
+    (Spark's Python for the driver and the executors): the source is registered with
+    that one. A Spark Connect server picks its own."""
     from .source import PgwireCdcDataSource
 
+    if is_connect(spark):
+        spark.dataSource.register(PgwireCdcDataSource)
+        return
+    context = spark.sparkContext
+    python = context.getConf().get("spark.pyspark.python")
+    default = context.pythonExec
+    if python:
+        context.pythonExec = python
     try:
         spark.dataSource.register(PgwireCdcDataSource)
-    except AnalysisException as e:
-        # Spark found it by itself (the top-level pyspark_pgwire_cdc module) and does not
-        # let a session register a source of the same name over it: it is there.
-        if e.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
+    finally:
+        context.pythonExec = default
+
+
+#: The sessions :func:`register` has seen to, held weakly: a stopped session is dropped.
+_REGISTERED: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+
+
+def source_found(spark: SparkSession, name: str = "pgwire_cdc") -> bool:
+    """Whether ``format(name)`` resolves on ``spark``: a data source Spark found or one
+    registered. Analyses a read given a schema of its own, which Spark resolves without
+    starting a Python worker (and a Spark Connect client with one analysis request)."""
+    try:
+        spark.read.format(name).schema("found int").load().schema  # noqa: B018
+    except Exception as e:
+        condition = _condition(e)
+        if condition is None:
             raise
+        # Found, then refused for a reason of its own (a read says what), or not found.
+        return condition != "DATA_SOURCE_NOT_FOUND"
+    return True
+
+
+def _condition(error: BaseException) -> str | None:
+    """The error condition of a Spark error (``DATA_SOURCE_NOT_FOUND``, ...); None for
+    any other error. A classic session raises some Spark errors as py4j's Java error,
+    with the JVM's exception in ``java_exception``."""
+    get = getattr(error, "getCondition", None)
+    if callable(get):
+        return str(get())
+    java = getattr(error, "java_exception", None)
+    if java is None:
+        return None
+    try:
+        return str(java.getCondition())
+    except Exception:  # not a SparkThrowable
+        return None
 
 
 def connect_session(

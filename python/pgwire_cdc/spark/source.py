@@ -1,9 +1,10 @@
 """A Spark Structured Streaming source: ``spark.readStream.format("pgwire_cdc")``.
 
-PySpark's Python Data Source API (PySpark 4). Register it once per session::
+PySpark's Python Data Source API (PySpark 4). Spark usually finds it by itself (the
+top-level ``pyspark_pgwire_cdc`` module); where it did not, register it::
 
     from pgwire_cdc.spark import register
-    register(spark)   # pgwire_cdc.spark.session() does it already
+    register(spark)   # nothing to do where Spark found it; session() does it already
     (spark.readStream.format("pgwire_cdc")
         .option("dsn", dsn).option("publication", "pub").option("slot", "spark_slot")
         .option("table", "public.orders")
