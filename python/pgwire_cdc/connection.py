@@ -15,11 +15,15 @@ and they make every connection of a run read and print values alike.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
 from .errors import ConfigError, ConnectionError
+
+log = logging.getLogger("pgwire_cdc")
 
 #: Setting name -> value, set in every session pgwire_cdc opens (the replication
 #: connection too).
@@ -96,3 +100,51 @@ def _connection_error(e: psycopg.Error, password: str) -> ConnectionError:
     else:
         fix = "check that the server is running and that host and port are right"
     return ConnectionError(f"could not connect to PostgreSQL: {message}; {fix}", sqlstate=sqlstate)
+
+
+class SetupConnection:
+    """The ordinary connection of a ``stream()`` run, beside its replication connection:
+    catalog look-ups, copy-state notes, snapshot chunks, heartbeats and ``resnapshot()``
+    requests go through it. Work runs through :meth:`run`, which opens the connection
+    again when it was lost; ``on_open`` is called with each connection opened again,
+    before it is used."""
+
+    def __init__(
+        self,
+        dsn: str,
+        conn: psycopg.Connection[Any],
+        on_open: Callable[[psycopg.Connection[Any]], None],
+    ) -> None:
+        self._dsn = dsn
+        self._on_open = on_open
+        #: The open connection; None once closed, or lost and not yet opened again.
+        self.conn: psycopg.Connection[Any] | None = conn
+
+    @property
+    def usable(self) -> bool:
+        """Open, and not known to be lost."""
+        return self.conn is not None and not self.conn.closed and not self.conn.broken
+
+    def run(self, work: Callable[[psycopg.Connection[Any]], None]) -> None:
+        """Runs ``work`` on the connection, opening it again when it was lost. A failure
+        of the connection is logged and the work is left for the caller to try again
+        (at the next batch): the replication connection has its own reconnects, and its
+        failures end the stream if they last."""
+        try:
+            if not self.usable:
+                self.close()
+                conn = connect(self._dsn)
+                self._on_open(conn)
+                self.conn = conn
+            assert self.conn is not None
+            work(self.conn)
+        except (psycopg.OperationalError, ConnectionError) as e:
+            log.warning("setup connection lost (%s); trying again at the next batch", e)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except psycopg.Error as e:
+                log.debug("closing the setup connection failed: %s", e)
+            self.conn = None
