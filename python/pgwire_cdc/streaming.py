@@ -72,6 +72,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pgwire_cdc")
 
+#: The publication and the replication slot of ``stream()`` and of the sinks' ``run()``
+#: when none is named.
+DEFAULT_PUBLICATION = "pub"
+DEFAULT_SLOT = "pgwire_cdc_slot"
 #: Default batch limits: rows, payload bytes, milliseconds.
 DEFAULT_MAX_BATCH_ROWS = 100_000
 DEFAULT_MAX_BATCH_BYTES = 64 << 20
@@ -161,9 +165,9 @@ class StreamOptions:
     docstring and docs/streaming.md explain each field."""
 
     #: A publication name, or a list of them (pgoutput's ``publication_names``).
-    publication: str | Sequence[str] = "pub"
+    publication: str | Sequence[str] = DEFAULT_PUBLICATION
     #: The replication slot: created when missing, resumed from when present.
-    slot: str = "pgwire_cdc_slot"
+    slot: str = DEFAULT_SLOT
     #: Tables ("schema.table") the publication must hold: created or added when missing.
     tables: Sequence[str] | None = None
     #: Copy a new slot's existing rows first, and the rows of tables that join later.
@@ -760,8 +764,8 @@ def resnapshot(dsn: str, slot: str, tables: Sequence[admin.TableSpec]) -> list[s
 
 def stream(
     dsn: str,
-    publication: str | Sequence[str] = "pub",
-    slot: str = "pgwire_cdc_slot",
+    publication: str | Sequence[str] = DEFAULT_PUBLICATION,
+    slot: str = DEFAULT_SLOT,
     tables: list[str] | None = None,
     snapshot: bool = True,
     binary: bool = True,

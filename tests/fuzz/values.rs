@@ -35,9 +35,8 @@ fn type_oids() -> Vec<u32> {
 /// Both must succeed or fail alike and build the same array; the general path's result
 /// and array are returned.
 fn append_both_ways(oid: u32, typmod: i32, datum: &Datum<'_>) -> Result<Appended, TestCaseError> {
-    let binary = matches!(datum, Datum::Binary(_));
     let mut general = ColumnBuilder::new(oid, typmod);
-    let result = general.append(datum, binary);
+    let result = general.append(datum);
     let mut fast = ColumnBuilder::new(oid, typmod);
     let fast_result = fast.append_in_place_first(datum);
     prop_assert_eq!(

@@ -356,7 +356,7 @@ impl ColumnBuilder {
     /// Appends exactly one entry: the value as sent ('t' or 'b'), or null for NULL and
     /// unchanged-TOAST markers. A value that cannot be parsed or represented appends a
     /// null entry and returns the error (the table then drops the row).
-    pub fn append(&mut self, datum: &Datum<'_>, _binary: bool) -> Result<(), ValueError> {
+    pub fn append(&mut self, datum: &Datum<'_>) -> Result<(), ValueError> {
         let raw = match datum {
             Datum::Text(s) => Raw::Text(s),
             Datum::Binary(b) => Raw::Binary(b),
@@ -500,7 +500,7 @@ impl ColumnBuilder {
         if in_place {
             Ok(())
         } else {
-            self.append(datum, BINARY)
+            self.append(datum)
         }
     }
 
@@ -826,7 +826,7 @@ mod tests {
         let mut fast = ColumnBuilder::new(oid, typmod);
         let mut general = ColumnBuilder::new(oid, typmod);
         for datum in data {
-            let expected = general.append(datum, false);
+            let expected = general.append(datum);
             let got = fast.append_in_place_first(datum);
             prop_assert_eq!(got.is_ok(), expected.is_ok());
         }
