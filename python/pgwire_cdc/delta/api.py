@@ -13,7 +13,7 @@ import pyarrow as pa
 from ..errors import ConfigError
 from ..lakehouse.changes import batch_lsn, change_rows, run_counted
 from ..lakehouse.stats import ApplyStats
-from ..streaming import StreamOptions
+from ..streaming import DEFAULT_PUBLICATION, DEFAULT_SLOT, StreamOptions
 from .catalog import table_ref
 from .sink import DELTA_RS_IN_CATALOG, DeltaSink
 from .table import base_path
@@ -112,8 +112,8 @@ def run(
     catalog: str | None = None,
     schema: str | None = None,
     table_name: Callable[[str], str] | None = None,
-    publication: str = "pgwire_cdc",
-    slot: str = "pgwire_cdc_slot",
+    publication: str = DEFAULT_PUBLICATION,
+    slot: str = DEFAULT_SLOT,
     tables: Iterable[str] | None = None,
     writer: str = "delta-rs",
     spark: SparkSession | None = None,

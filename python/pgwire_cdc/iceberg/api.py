@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from ..lakehouse.changes import batch_lsn, change_rows, run_counted
 from ..lakehouse.sql import quote_name, split_name, sql_string
 from ..lakehouse.stats import ApplyStats
-from ..streaming import StreamOptions
+from ..streaming import DEFAULT_PUBLICATION, DEFAULT_SLOT, StreamOptions
 from .sink import IcebergSink
 from .table import LSN_KEY, PARTIAL_KEY
 
@@ -29,8 +29,8 @@ def run(
     catalog: str,
     namespace: str,
     *,
-    publication: str = "pgwire_cdc",
-    slot: str = "pgwire_cdc_slot",
+    publication: str = DEFAULT_PUBLICATION,
+    slot: str = DEFAULT_SLOT,
     tables: Iterable[str] | None = None,
     spark: SparkSession | None = None,
     table_name: Callable[[str], str] | None = None,

@@ -24,8 +24,10 @@ def snapshot_frame(
     them has (:func:`~pgwire_cdc.lakehouse.shape.lake_shape`)."""
     from ..connection import connect
     from . import snapshot as spark_snapshot
-    from .sessions import default_parallelism
+    from .sessions import default_parallelism, register
 
+    # Spark may not have found the data source by itself on a session of the user's own.
+    register(spark)
     with connect(dsn) as conn:
         info = spark_snapshot.describe(conn, name, publication)
     schema = lake_shape(spark_snapshot.data_schema(info).empty_table()).schema
