@@ -1,12 +1,12 @@
-"""Crash torture: a seeded workload of more than 200,000 changes over three tables
-(toasted values left unchanged, primary-key and unique-key changes, truncates, a keyless
-FULL table, transactions of up to 60,000 rows that span many batches) is kept in Delta
-tables (`pgwire_cdc.delta`, the delta-rs writer) by a consumer process
-(``delta_worker.py``) that is killed with SIGKILL and restarted each time — 20 times in
-``make torture``, 10 in ``make test`` (each kind of kill point twice) — at random moments, and at chosen steps (right after a Delta commit that another table's
-commit of the same batch follows, after all of a batch's commits but before the slot is
-acked, after any commit). The final Delta tables must equal the source: nothing lost,
-nothing applied twice.
+"""Crash torture: a seeded workload of more than 200,000 changes over three tables (toasted
+values left unchanged, primary-key and unique-key changes, truncates, a keyless FULL
+table, transactions of up to 60,000 rows that span many batches) is kept in Delta tables
+(`pgwire_cdc.delta`, the delta-rs writer) by a consumer process (``delta_worker.py``) that
+is killed with SIGKILL and restarted each time — 20 times in ``make torture``, 10 in
+``make test`` (each kind of kill point twice) — at random moments, and at chosen steps
+(right after a Delta commit that another table's commit of the same batch follows, after
+all of a batch's commits but before the slot is acked, after any commit). The final Delta
+tables must equal the source: nothing lost, nothing applied twice.
 
 Reports (in the test's output and its JSON line) how many restarts it survived, at which
 kinds of kill points, and how many changes were delivered again and skipped (at-least-once
