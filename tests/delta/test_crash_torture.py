@@ -17,7 +17,7 @@ to keep the run near a minute: bulk transactions of 60,000 rows instead of 80,00
 every 40th bulk row changes its primary key instead of every 10th. delta-rs rewrites the
 data files a MERGE touches (copy-on-write), and a row that moves to a new key with its
 toasted column unchanged is first read back from the table under its old key
-(``delta.sink.fill_moved``), which costs most per row.
+(``lakehouse.moved.fill_moved``), which costs most per row.
 """
 
 from __future__ import annotations
