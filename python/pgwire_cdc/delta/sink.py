@@ -31,7 +31,7 @@ from .table import base_path, open_table, position, read_table, table_path
 from .writers import SparkWriter, Writer, writer_for
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from ..streaming import StreamOptions
 
@@ -266,21 +266,13 @@ class DeltaTables:
         writer = self.writer
         if not isinstance(writer, SparkWriter):
             return None
-        from ..spark.lake import package_errors, snapshot_frame
+        from ..spark.lake import copier
 
-        publications = options.publications
-        publication = publications[0] if len(publications) == 1 else None
-
-        def copy(name: str, snapshot: str, mark: Mark | None) -> None:
-            ref = self.ref(name)
-            schema, frame = snapshot_frame(writer.spark, dsn, name, publication, snapshot)
-            if not self.exists(ref):
-                self.create(ref, schema)
-            with package_errors():
-                writer.save(frame, ref, "overwrite", mark.commit() if mark is not None else None)
+        def save(ref: str, frame: DataFrame, mark: Mark | None) -> None:
+            writer.save(frame, ref, "overwrite", mark.commit() if mark is not None else None)
             self._changed(ref)
 
-        return copy
+        return copier(self, writer.spark, dsn, options, save)
 
 
 class DeltaSink(LakehouseSink):

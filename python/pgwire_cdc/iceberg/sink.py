@@ -282,20 +282,9 @@ class IcebergTables:
     ) -> Callable[[str, str, Mark | None], None] | None:
         """A table's initial snapshot read by Spark tasks and written over its Iceberg
         table; rows never pass through the driver."""
-        from ..spark.lake import package_errors, snapshot_frame
+        from ..spark.lake import copier
 
-        publications = options.publications
-        publication = publications[0] if len(publications) == 1 else None
-
-        def copy(name: str, snapshot: str, mark: Mark | None) -> None:
-            ref = self.ref(name)
-            schema, frame = snapshot_frame(self.spark, dsn, name, publication, snapshot)
-            if not self.exists(ref):
-                self.create(ref, schema)
-            with package_errors():
-                self._overwrite(ref, frame, mark)
-
-        return copy
+        return copier(self, self.spark, dsn, options, self._overwrite)
 
 
 class IcebergSink(LakehouseSink):

@@ -4,7 +4,7 @@ ranges), for a table format to write straight from the tasks to its files."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -14,6 +14,35 @@ from ..lakehouse.shape import lake_shape
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from ..lakehouse.format import TableFormat
+    from ..lakehouse.positions import Mark
+    from ..streaming import StreamOptions
+
+
+def copier(
+    tables: TableFormat,
+    spark: SparkSession,
+    dsn: str,
+    options: StreamOptions,
+    save: Callable[[str, DataFrame, Mark | None], None],
+) -> Callable[[str, str, Mark | None], None]:
+    """:meth:`~pgwire_cdc.lakehouse.format.TableFormat.copier` of a format that writes
+    through ``spark``: ``copy(name, snapshot, mark)`` reads the source table under the
+    exported snapshot (:func:`snapshot_frame`), makes its table when missing, and has
+    ``save(ref, frame, mark)`` write the rows over it in one commit recording ``mark``."""
+    publications = options.publications
+    publication = publications[0] if len(publications) == 1 else None
+
+    def copy(name: str, snapshot: str, mark: Mark | None) -> None:
+        ref = tables.ref(name)
+        schema, frame = snapshot_frame(spark, dsn, name, publication, snapshot)
+        if not tables.exists(ref):
+            tables.create(ref, schema)
+        with package_errors():
+            save(ref, frame, mark)
+
+    return copy
 
 
 def snapshot_frame(
