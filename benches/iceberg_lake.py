@@ -335,7 +335,10 @@ class Executions:
                     spans.append((start.get().getTime(), end.get().getTime()))
                 ids = job.stageIds()
                 for i in range(ids.size()):
-                    stage = self.app.lastStageAttempt(ids.apply(i))
+                    try:
+                        stage = self.app.lastStageAttempt(ids.apply(i))
+                    except Exception:  # a stage never submitted (a reused shuffle's): none kept
+                        continue
                     if str(stage.status()) != "COMPLETE":
                         continue  # skipped (its shuffle output reused)
                     first, last = stage.firstTaskLaunchedTime(), stage.completionTime()
@@ -614,8 +617,8 @@ MERGE_CONTENDERS = {
 def every_clause_statement(
     ref: str, view: str, columns: list[str], keys: list[str], unchanged: set[str], truncate: bool
 ) -> str:
-    """The MERGE with every clause whatever the batch holds: what the Iceberg sink ran
-    for each batch before it used :func:`pgwire_cdc.iceberg.merge.merge_statement`."""
+    """The MERGE with every clause whatever the batch holds, and no key range: the
+    baseline of :func:`pgwire_cdc.iceberg.merge.merge_statement`."""
     clauses = merge_clauses(columns, keys, unchanged, spark=True)
     update = ", ".join(f"t.{c} = {e}" for c, e in clauses["update"].items())
     names = ", ".join(clauses["insert"])
@@ -1287,7 +1290,8 @@ def render_merge(part: dict[str, Any], env: dict[str, str]) -> list[str]:
         f"{env.get('pyspark', '?')} (`local[2]`, driver memory {env.get('spark_memory', '?')}); "
         f"Iceberg {env.get('iceberg_spark', '?')} Spark runtime; deltalake (delta-rs) "
         f"{env.get('deltalake', '?')}; PostgreSQL {env.get('postgres', '?')} (the template "
-        f"rows); release build of pgwire_cdc ({env.get('build', '?')}).",
+        f"rows); pgwire_cdc's extension built optimised (`_native.BUILD_PROFILE` "
+        f"{env.get('build', '?')}).",
         "- Reproduce: `.venv/bin/python benches/iceberg_lake.py --parts merge` (defaults: "
         "`--sizes 1000000,10000000 --updates 10000 --inserts 1000 --repeat 5`); script and "
         "method: `benches/iceberg_lake.py`, part 3.",
@@ -1307,7 +1311,7 @@ def render_merge(part: dict[str, Any], env: dict[str, str]) -> list[str]:
         "inserted keys new ones above the largest. "
         "Iceberg: from the batch's change table, the sink's steps (reduce, a temporary view "
         "of the reduced rows, one MERGE, the view dropped), with the MERGE of every clause "
-        "(what the sink ran for every batch before) or with the statement "
+        "(the same statement for every batch) or with the statement "
         "`iceberg.merge.merge_statement` builds, its session settings held. Delta: "
         "`DeltaSink(path, 'delta-rs').apply(batch)` on the table with deletion vectors (a "
         "process's first MERGE: it reads every key). Each run is checked (row count, updated "
