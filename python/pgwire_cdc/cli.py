@@ -622,10 +622,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--deletion-vectors",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="with --delta and the delta-rs writer: create the tables with deletion vectors "
         "on, so that each MERGE marks changed rows instead of rewriting their files (readers "
-        "must apply deletion vectors: Spark, DuckDB, delta-rs's DataFusion reader)",
+        "must apply deletion vectors: Spark, DuckDB, delta-rs's DataFusion reader); the "
+        "default for a local directory, off for an object store. --no-deletion-vectors "
+        "creates copy-on-write tables",
     )
     p.add_argument(
         "--no-auto-compact",
