@@ -128,7 +128,7 @@ pytest: build check-wheels jars
 	$(PYTEST) -m server
 
 # The crash tortures in full, which `make test` runs short: 20 SIGKILLs each instead of 5
-# (the Delta torture on PostgreSQL 15 kills 20 times either way).
+# (10 for the Delta torture on PostgreSQL 15).
 TORTURES := tests/delta/test_crash_torture.py tests/iceberg/test_iceberg_torture.py \
   tests/delta/test_object_store.py::test_crash_torture_on_s3
 torture: build jars
