@@ -36,7 +36,10 @@ def copier(
 
     def copy(name: str, snapshot: str, mark: Mark | None) -> None:
         ref = tables.ref(name)
-        schema, frame = snapshot_frame(spark, dsn, name, publication, snapshot)
+        # Spark's planner runs the data source in a Python worker already when the read
+        # is made: a worker without the package fails there.
+        with package_errors():
+            schema, frame = snapshot_frame(spark, dsn, name, publication, snapshot)
         if not tables.exists(ref):
             tables.create(ref, schema)
         with package_errors():
