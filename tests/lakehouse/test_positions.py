@@ -16,7 +16,7 @@ from pgwire_cdc.lakehouse.positions import (
     NO_PROGRESS,
     Commit,
     after,
-    cut,
+    marks,
     progress_of,
     txn_id,
     unapplied,
@@ -123,10 +123,10 @@ def test_unapplied_of_no_rows() -> None:
         ([(200, 4), (200, 5), (200, 6)], 200, NO_PROGRESS, [(None, txn_id(200), 6, NO_PROGRESS)]),
     ],
 )
-def test_cut_makes_the_commits_of_a_batch(
+def test_marks_make_the_commits_of_a_batch(
     rows: Rows, batch_lsn: int, progress: Any, commits: list[tuple[Any, str, int, Any]]
 ) -> None:
-    got = cut(changes(rows), batch_lsn, progress)
+    got = [(t, m.commit()) for t, m in marks(changes(rows), batch_lsn, None, progress)]
     assert [(pairs(t), c.app_id, c.version, c.progress) for t, c in got] == [
         (rows if part is None else part, app_id, version, p) for part, app_id, version, p in commits
     ]

@@ -11,8 +11,8 @@ Delta table's log as transaction identifiers (``txn`` actions, see
 
 This module decides which rows of a change table lie past such a position
 (:func:`unapplied`), how a batch's change table is cut into commits and what each records
-(:func:`marks`: a :class:`Mark` per commit, in any format; :func:`cut`: Delta's
-transaction identifiers), and reads and writes the incremental-snapshot progress a commit
+(:func:`marks`: a :class:`Mark` per commit, in any format; :meth:`Mark.commit`: as
+Delta's transaction identifiers), and reads and writes the incremental-snapshot progress a commit
 carries in its ``userMetadata`` (:meth:`Commit.metadata`, :func:`progress_of`).
 """
 
@@ -166,11 +166,3 @@ def marks(
     ordinal = int(tail["_tx_ordinal"][-1].as_py())
     parts.append((tail, Mark(lsn, (last, ordinal), progress)))
     return parts
-
-
-def cut(
-    changes: pa.Table, batch_lsn: int, progress: Any = NO_PROGRESS
-) -> list[tuple[pa.Table, Commit]]:
-    """:func:`marks` as Delta's transaction identifiers record them: the complete
-    transactions under :data:`APP_ID`, a cut one under its :func:`txn_id`."""
-    return [(part, mark.commit()) for part, mark in marks(changes, batch_lsn, None, progress)]
