@@ -8,11 +8,12 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.deps-stamp
 
-.PHONY: help venv jars build bench-build wheel check-wheels test lint rust-test pytest torture demo bench bench-capture bench-rust bench-py bench-live bench-spark fuzz captures clean
+.PHONY: help venv jars build bench-build wheel check-wheels test lint rust-test pytest test-full torture demo bench bench-capture bench-rust bench-py bench-live bench-spark fuzz captures clean
 
 help:
 	@echo "make demo      a live workload on a throwaway PostgreSQL 18 kept as Delta tables (delta-rs), then read with Spark and compared with the source"
 	@echo "make test      lint, Rust tests, build the extension and wheel, pytest against PostgreSQL 15 and 18 and Spark"
+	@echo "make test-full the server suites on both PostgreSQL servers throughout"
 	@echo "make torture   the crash tortures in full (20 SIGKILLs each; make test runs them short)"
 	@echo "make wheel     the abi3 manylinux2014 wheels (x86_64, aarch64), in target/wheels"
 	@echo "make bench     every comparison (release build): benches/results/latest.md + ratios.png"
@@ -126,6 +127,12 @@ PYTEST := PGWIRE_CDC_WHEELS=$(CURDIR)/$(CHECK_WHEELS) $(VENV)/bin/pytest -q --du
 pytest: build check-wheels jars
 	$(PYTEST) -m "not server"
 	$(PYTEST) -m server
+
+# The server tier with every variant: the sink, Spark, CLI and docs suites on PostgreSQL 15
+# as well as 18 (`make test` runs them on 18 and the tests tests/support/server_variants.py
+# lists on both).
+test-full: build check-wheels jars
+	PGWIRE_CDC_BOTH_SERVERS=1 $(PYTEST) -m server
 
 # The crash tortures in full, which `make test` runs short: 20 SIGKILLs each instead of 5
 # (10 for the Delta torture on PostgreSQL 15).

@@ -1,7 +1,9 @@
 """Shared pytest fixtures: throwaway PostgreSQL 15 and 18 clusters, one database per test.
 
 - `pg15_cluster`, `pg18_cluster`: session-scoped, started the first time a test asks.
-- `pg`: parametrized over both servers (ids ``pg15`` / ``pg18``).
+- `pg`: parametrized over both servers (ids ``pg15`` / ``pg18``); past the decoder (the
+  sink, Spark, CLI and docs suites) on PostgreSQL 18 only, but for the tests
+  ``support/server_variants.py`` lists.
 - `db`: a fresh database on `pg` with an autocommit psycopg 3 connection; dropped afterwards
   (together with its replication slots and prepared transactions).
 - `spark`: Spark (UTC, Arrow on, Delta Lake and Iceberg configured), parametrized: one classic
@@ -31,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from support import requires
 from support.server import SERVERS, PgCluster
+from support.server_variants import keep_server
 from support.spark_modes import SPARK_MODES, keep
 
 # The Delta Lake jars `make jars` fetches (the Makefile exports the same path), for every
@@ -267,12 +270,14 @@ SERVER_FIXTURES = {
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks ``server`` the tests that use a server (PostgreSQL or Spark: a fixture of
     `SERVER_FIXTURES`, or the ``java`` marker); leaves out the Spark Connect variants of
-    the tests ``support/spark_modes.py`` does not list (reported as deselected). First
-    of the hooks, so that ``-m`` sees the markers."""
+    the tests ``support/spark_modes.py`` does not list, and the PostgreSQL 15 variants
+    of the sink, Spark, CLI and docs tests ``support/server_variants.py`` does not list
+    (reported as deselected). First of the hooks, so that ``-m`` sees the markers."""
     kept, dropped = [], []
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        (kept if keep(_test_name(item), params) else dropped).append(item)
+        name = _test_name(item)
+        (kept if keep(name, params) and keep_server(name, params) else dropped).append(item)
         names = set(getattr(item, "fixturenames", ()))
         if SERVER_FIXTURES & names or item.get_closest_marker("java") is not None:
             item.add_marker(pytest.mark.server)

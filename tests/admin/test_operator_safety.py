@@ -260,10 +260,15 @@ def test_check_reports_what_stream_would_refuse_and_changes_nothing(db: Database
 def test_check_sees_a_slot_in_use(db: Database) -> None:
     setup_tables(db)
     db.conn.execute("CREATE PUBLICATION pub FOR TABLE ok")
-    batches = pgwire_cdc.stream(db.dsn, slot="busy", snapshot=False, idle_timeout=30)
+    # The slot first (a stream makes it when first asked for a batch), then a change for
+    # a stream on it to deliver: while that stream holds its batch, the slot is active.
+    made = pgwire_cdc.stream(db.dsn, slot="busy", snapshot=False, idle_timeout=0.1)
+    assert [b.tables for b in made if b.tables] == []
     holder = db.connect()
     holder.execute("INSERT INTO ok VALUES (1, 'x')")
-    batch = next(batches)  # streaming: the slot is active
+    batches = pgwire_cdc.stream(db.dsn, slot="busy", snapshot=False, idle_timeout=30)
+    batch = next(batches)
+    assert list(batch.tables) == ["public.ok"]
     batch.ack()
     try:
         proc = run_cli("check", "--dsn", db.dsn, "--json", "--publication", "pub", "--slot", "busy")

@@ -162,7 +162,10 @@ def test_row_values_stay_out_of_errors(db: Database, binary: bool) -> None:
         next(pgwire_cdc.stream(db.dsn, publication="pub", slot="s1", binary=binary))
     # A slot without a snapshot, then a change it streams.
     options: dict[str, Any] = {"publication": "pub", "slot": "s2", "binary": binary}
-    assert list(pgwire_cdc.stream(db.dsn, snapshot=False, idle_timeout=0.2, **options)) == []
+    # No rows yet; a batch of no tables may still move the position on (WAL that other
+    # databases of the cluster write).
+    quiet = list(pgwire_cdc.stream(db.dsn, snapshot=False, idle_timeout=0.2, **options))
+    assert [batch.tables for batch in quiet if batch.tables] == []
     db.conn.execute("INSERT INTO v VALUES (2, 'row-secret-4712', 'NaN')")
     with pytest.raises(ColumnValueError) as live:
         next(pgwire_cdc.stream(db.dsn, idle_timeout=10, **options))
