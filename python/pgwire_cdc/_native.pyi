@@ -215,7 +215,7 @@ class SessionOptions:
         type_map: dict[int, tuple[int, int]] = ...,
         spill_threshold: int = ...,  # 64 MiB (SpillConfig::DEFAULT_MEMORY_LIMIT)
         spill_dir: str | os.PathLike[str] | None = None,
-        note_prefix: str | None = None,
+        note_prefixes: list[str] = ...,
     ) -> SessionOptions: ...
 
 @final
@@ -288,7 +288,13 @@ class LiveStream:
         idle_timeout_ms: int | None = None,
         slice_ms: int = 200,
         idle_confirm_limit: int | None = None,
-    ) -> tuple[list[tuple[str, ArrowStream]], int, Stop, list[tuple[int, bytes]]]: ...
+    ) -> tuple[
+        list[tuple[str, ArrowStream]],
+        int,
+        Stop,
+        # (lsn, content, prefix, (commit_lsn, tx_ordinal) of a transactional message)
+        list[tuple[int, bytes, str, tuple[int, int] | None]],
+    ]: ...
     def ack(self, lsn: int) -> None: ...
     @property
     def delivered_lsn(self) -> int: ...

@@ -27,6 +27,7 @@ from ._native import Stop
 from .connection import SetupConnection
 from .errors import ConfigError
 from .lsn import int_to_lsn, lsn_to_int
+from .schema_changes import SchemaChange
 
 log = logging.getLogger("pgwire_cdc")
 
@@ -180,6 +181,29 @@ class TableCopies:
         for t in catalog.tables_of_publications(conn, self.publications):
             if t.qualified in wanted:
                 self.start(t)
+
+    def schema_changed(
+        self, conn: psycopg.Connection[Any], changes: Sequence[SchemaChange]
+    ) -> None:
+        """A published table whose rows a DDL rewrote (``rewrite``: a volatile default, a
+        type change with a conversion): their new values are not in the stream, so the
+        table is read again while the stream goes on, its rows coming as ``read`` rows
+        after the DDL. A table without a key cannot be read that way: the run stops and
+        says how to start over."""
+        rewritten = {c.table for c in changes if c.kind == "rewrite"}
+        if not rewritten:
+            return
+        for t in catalog.tables_of_publications(conn, self.publications):
+            if t.qualified not in rewritten:
+                continue
+            log.info("%s was rewritten by a DDL: its rows are read again", t.qualified)
+            try:
+                self.start(t)
+            except ConfigError as e:
+                raise ConfigError(
+                    f"{t.qualified} was rewritten by a DDL, whose new values are not in the "
+                    f"stream, and cannot be read again: {e}"
+                ) from e
 
     # -- the slot's record -------------------------------------------------------------
 

@@ -61,10 +61,12 @@ from . import (
     pacing,
     preflight,
     replication,
+    schema_changes,
 )
 from .connection import SetupConnection, connect
 from .errors import ConfigError, ConnectionError, SlotError
 from .lsn import int_to_lsn, lsn_to_int
+from .schema_changes import SchemaChange
 from .tables import merge_segments, table_of
 
 if TYPE_CHECKING:
@@ -118,6 +120,10 @@ class Batch:
     #: of them have. A consumer keeps it with the batch and passes what it holds back as
     #: ``held_tables`` when it starts again.
     snapshot_progress: dict[str, list[Any] | None] = field(default_factory=dict)
+    #: The DDL captured in the WAL (:mod:`pgwire_cdc.ddl_capture`) among this batch's
+    #: changes, in WAL order, each at its place among the rows (``commit_lsn``,
+    #: ``tx_ordinal``): see :mod:`pgwire_cdc.schema_changes`.
+    schema_changes: list[SchemaChange] = field(default_factory=list)
     _ack: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
@@ -374,7 +380,7 @@ def _prepare_on(conn: psycopg.Connection[Any], o: StreamOptions) -> _Prepared:
             type_map=type_map,
             spill_threshold=o.spill_threshold,
             spill_dir=o.spill_path,
-            note_prefix=copies.NOTE_PREFIX,
+            note_prefixes=[copies.NOTE_PREFIX, schema_changes.PREFIX],
         ),
     )
 
@@ -630,15 +636,24 @@ class _Stream:
                 session.reconnect(e)
                 continue
             tables = merge_segments((name, table_of(s)) for name, s in segments)
-            if notes:
-                setup.run(partial(table_copies.take_notes, notes=notes))
+            ddl = [
+                change
+                for lsn_, content, prefix, place in notes
+                if prefix == schema_changes.PREFIX
+                for change in schema_changes.changes_of(lsn_, content, place)
+            ]
+            copy_notes = [(n[0], n[1]) for n in notes if n[2] == copies.NOTE_PREFIX]
+            if copy_notes:
+                setup.run(partial(table_copies.take_notes, notes=copy_notes))
+            if ddl:
+                setup.run(partial(table_copies.schema_changed, changes=ddl))
             if table_copies.catch_up_due(stop, lsn):
                 setup.run(table_copies.catch_up)
             setup.run(partial(table_copies.watch, tables=tables))
             rows, progress = snapshots.step(tables, loop.passed(lsn, stop, waiting))
             for name, table in rows.items():
                 tables[name] = _in_commit_order(tables.get(name), table)
-            if loop.is_batch(bool(tables or progress), stop, lsn):
+            if loop.is_batch(bool(tables or progress or ddl), stop, lsn):
                 seq = self.acks.handed_out()
                 table_copies.copy_state.handed_out(seq, progress)
                 if self.metrics is not None:
@@ -650,6 +665,7 @@ class _Stream:
                     tables=tables,
                     lsn=lsn,
                     snapshot_progress=progress,
+                    schema_changes=ddl,
                     _ack=self._acker(seq, lsn, False),
                 )
                 loop.handed_out(lsn)

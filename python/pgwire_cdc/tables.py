@@ -107,6 +107,42 @@ def _merge(tables: list[pa.Table]) -> pa.Table:
     return _ordered(merged, data_columns)
 
 
+def without_columns(table: pa.Table, names: Iterable[str]) -> pa.Table:
+    """``table`` without the data columns ``names``: gone from the columns, from the
+    ``_before`` images and from the ``_unchanged`` lists."""
+    import pyarrow.compute as pc
+
+    gone = [n for n in names if n in table.column_names and n not in METADATA_COLUMNS]
+    if not gone:
+        return table
+    table = table.drop_columns(gone)
+    if "_unchanged" in table.column_names:
+        lists = table["_unchanged"].combine_chunks()
+        flat = lists.flatten()
+        keep = pc.invert(pc.is_in(flat, value_set=pa.array(gone, flat.type)))
+        counts = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
+        kept = keep.to_numpy(zero_copy_only=False)
+        offsets = [0]
+        at = 0
+        for n in counts:
+            offsets.append(offsets[-1] + int(kept[at : at + int(n)].sum()))
+            at += int(n)
+        rebuilt = pa.ListArray.from_arrays(
+            pa.array(offsets, pa.int32()), flat.filter(keep), type=lists.type, mask=lists.is_null()
+        )
+        i = table.schema.get_field_index("_unchanged")
+        table = table.set_column(i, table.schema.field(i), rebuilt)
+    if "_before" in table.column_names:
+        before = table["_before"].combine_chunks()
+        fields = [f for f in before.type if f.name not in gone]
+        struct = pa.StructArray.from_arrays(
+            [before.field(f.name) for f in fields], fields=fields, mask=before.is_null()
+        )
+        i = table.schema.get_field_index("_before")
+        table = table.set_column(i, table.schema.field(i).with_type(struct.type), struct)
+    return table
+
+
 def mark_unchanged(table: pa.Table, names: list[str]) -> pa.Table:
     """``table`` with ``names`` added to ``_unchanged`` of its ``read``, ``insert`` and
     ``update`` rows: columns those changes did not carry (see the module documentation)."""

@@ -15,104 +15,15 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
-from pgwire_cdc.lakehouse.format import TableFormat
 from pgwire_cdc.lakehouse.memory import MemoryTables
 from pgwire_cdc.lakehouse.positions import Mark, txn_id
 from pgwire_cdc.lakehouse.sink import LakehouseSink, segments
 from pgwire_cdc.streaming import Batch
+from support.lakes import BAG, KEYED, Crash, Lake, as_multiset, assert_equal, source
 from support.pgoutput import UNCHANGED, Source, cut, snapshot_batch
-
-KEYED = "public.items"
-BAG = "public.bag"
-
-
-def source() -> Source:
-    src = Source()
-    src.table(KEYED, [("id", "int8"), ("name", "text"), ("note", "text"), ("n", "int4")], ["id"])
-    src.table(BAG, [("k", "int4"), ("v", "text")], [])
-    return src
-
-
-def as_multiset(rows: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
-    return Counter(tuple(sorted(r.items())) for r in rows)
-
-
-class Crash(Exception):
-    """A simulated crash: the process dies here."""
-
-
-class Crashing:
-    """A format that dies (:class:`Crash`) in place of its ``before``-th commit, as a
-    process killed there would."""
-
-    COMMITS = ("create", "write", "merge", "record_progress")
-
-    def __init__(self, inner: TableFormat, before: int) -> None:
-        self.inner = inner
-        self.left = before
-
-    def __getattr__(self, name: str) -> Any:
-        found = getattr(self.inner, name)
-        if name not in self.COMMITS:
-            return found
-
-        def commit(*args: Any, **kwargs: Any) -> Any:
-            self.left -= 1
-            if self.left == 0:
-                raise Crash(f"crashed before {name}")
-            return found(*args, **kwargs)
-
-        return commit
-
-
-class Lake:
-    """One table format's tables under test, and what they hold."""
-
-    def __init__(self, kind: str, where: Path) -> None:
-        self.kind = kind
-        self.format: TableFormat
-        if kind == "memory":
-            self.format = MemoryTables()
-        else:
-            from pgwire_cdc.delta.sink import DeltaTables
-
-            self.format = DeltaTables(where / "lake", deletion_vectors=kind == "delta-rs-dv")
-
-    def sink(self, crash_before: int | None = None) -> LakehouseSink:
-        """A new sink over the same tables (a new process, as after a crash)."""
-        if crash_before is None:
-            return LakehouseSink(self.format)
-        return LakehouseSink(cast(TableFormat, Crashing(self.format, crash_before)))
-
-    def rows(self, name: str) -> list[dict[str, Any]]:
-        ref = self.format.ref(name)
-        if not self.format.exists(ref):
-            return []
-        columns = self.format.schema(ref).names
-        rows: list[dict[str, Any]] = self.format.read(ref, columns).to_pylist()
-        return rows
-
-    def columns(self, name: str) -> list[str]:
-        return list(self.format.schema(self.format.ref(name)).names)
-
-
-LAKES = ("memory", "delta-rs-dv", "delta-rs")
-
-
-@pytest.fixture(params=LAKES)
-def lake(request: pytest.FixtureRequest, tmp_path: Path) -> Lake:
-    if request.param != "memory":
-        pytest.importorskip("deltalake")
-    return Lake(request.param, tmp_path)
-
-
-def assert_equal(lake: Lake, src: Source, *names: str) -> None:
-    for name in names or tuple(src.tables):
-        assert as_multiset(lake.rows(name)) == as_multiset(src.rows(name)), name
 
 
 def random_transaction(src: Source, rng: random.Random, next_id: list[int]) -> None:

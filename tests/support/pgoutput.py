@@ -11,6 +11,7 @@ the stream would give them, without a server. It also keeps what the source tabl
 
 from __future__ import annotations
 
+import json
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +20,9 @@ from typing import Any
 
 import pyarrow as pa
 from pgwire_cdc import Decoder
+from pgwire_cdc.schema_changes import PREFIX, SchemaChange, changes_of
 from pgwire_cdc.streaming import Batch
+from pgwire_cdc.tables import METADATA_COLUMNS, without_columns
 
 #: Type OIDs and how a Python value is printed in text format.
 TYPES = {"int8": 20, "int4": 23, "text": 25}
@@ -41,6 +44,40 @@ class Table:
     rows: list[dict[str, Any]] = field(default_factory=list)
     #: The Relation message was sent for these columns.
     announced: bool = False
+    #: Each column's attnum, and the text of the value rows read for a column added with
+    #: a constant default (``attmissingval``), as the DDL messages describe them.
+    attnums: dict[str, int] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for i, (name, _) in enumerate(self.columns, start=1):
+            self.attnums.setdefault(name, i)
+
+    def describe(self) -> dict[str, Any]:
+        """The table as ``pgwire_cdc.describe_table()`` describes it in a DDL message."""
+        schema, _, name = self.name.rpartition(".")
+        return {
+            "schema": schema or "public",
+            "name": name,
+            "relfilenode": self.oid,
+            "replica_identity": "d" if self.key else "f",
+            "key": list(self.key),
+            "columns": [
+                {
+                    "attnum": self.attnums[c],
+                    "name": c,
+                    "type": t,
+                    "type_oid": TYPES[t],
+                    "typmod": -1,
+                    "not_null": c in self.key,
+                    "has_missing": c in self.missing,
+                    "missing": self.missing.get(c),
+                    "default": None,
+                    "generated": "",
+                }
+                for c, t in self.columns
+            ],
+        }
 
     @property
     def names(self) -> list[str]:
@@ -135,21 +172,72 @@ class Transaction:
         out = b"T" + struct.pack(">IB", len(tables), 0)
         self.messages.append(out + b"".join(struct.pack(">I", t.oid) for t in tables))
 
-    def add_column(self, name: str, column: str, type_: str) -> None:
-        """``ALTER TABLE ... ADD COLUMN`` without a default: existing rows have it null;
-        the next change sends the new Relation."""
+    def add_column(self, name: str, column: str, type_: str, default: Any = None) -> None:
+        """``ALTER TABLE ... ADD COLUMN`` (with a constant ``default``: the value existing
+        rows read); the next change sends the new Relation."""
         table = self.source.tables[name]
-        table.columns.append((column, type_))
-        for row in table.rows:
-            row[column] = None
-        table.announced = False
+        with self._ddl(table):
+            table.columns.append((column, type_))
+            table.attnums[column] = max(table.attnums.values(), default=0) + 1
+            if default is not None:
+                table.missing[column] = str(default)
+            for row in table.rows:
+                row[column] = default
 
     def drop_column(self, name: str, column: str) -> None:
         table = self.source.tables[name]
-        table.columns = [c for c in table.columns if c[0] != column]
-        for row in table.rows:
-            row.pop(column, None)
+        with self._ddl(table):
+            table.columns = [c for c in table.columns if c[0] != column]
+            table.missing.pop(column, None)
+            for row in table.rows:
+                row.pop(column, None)
+
+    def rename_column(self, name: str, column: str, to: str) -> None:
+        table = self.source.tables[name]
+        with self._ddl(table):
+            table.columns = [(to if c == column else c, t) for c, t in table.columns]
+            table.attnums[to] = table.attnums.pop(column)
+            if column in table.missing:
+                table.missing[to] = table.missing.pop(column)
+            table.key = [to if k == column else k for k in table.key]
+            for row in table.rows:
+                row[to] = row.pop(column)
+
+    def retype_column(self, name: str, column: str, type_: str, using: Any) -> None:
+        """``ALTER COLUMN ... TYPE ... USING using(value)``: the table is rewritten."""
+        table = self.source.tables[name]
+        with self._ddl(table, rewritten=True):
+            table.columns = [(c, type_ if c == column else t) for c, t in table.columns]
+            table.missing.clear()
+            for row in table.rows:
+                row[column] = using(row[column])
+
+    @contextmanager
+    def _ddl(self, table: Table, *, rewritten: bool = False) -> Iterator[None]:
+        """A DDL on ``table``: with the source's DDL capture on, the message its event
+        trigger writes (table before and after) at this place in the transaction."""
+        before = table.describe()
+        yield
         table.announced = False
+        if not self.source.ddl_capture:
+            return
+        doc = {
+            "version": 1,
+            "event": "ddl_command_end",
+            "command_tag": "ALTER TABLE",
+            "command": "ALTER TABLE ...",
+            "oid": table.oid,
+            "before": before,
+            "after": table.describe(),
+            "rewritten": rewritten,
+            "rewrite_reason": 4 if rewritten else None,
+        }
+        content = json.dumps(doc).encode()
+        prefix = PREFIX.encode() + b"\0"
+        # 'M', transactional, the message's LSN (filled in by the decoder's feed), prefix,
+        # content.
+        message = b"M" + bytes([1]) + struct.pack(">Q", 0) + prefix
+        self.messages.append(message + struct.pack(">I", len(content)) + content)
 
 
 class Source:
@@ -158,6 +246,10 @@ class Source:
     def __init__(self) -> None:
         self.tables: dict[str, Table] = {}
         self.decoder = Decoder(proto_version=1)
+        #: Whether DDL writes its message, as with ``pgwire_cdc.admin.install_ddl_capture``.
+        self.ddl_capture = False
+        #: The schema changes of the transactions since the last batch.
+        self.schema_changes: list[SchemaChange] = []
         self.lsn = 0x100_0000
         self.xid = 700
         #: The commit LSN of every committed transaction, in order.
@@ -175,8 +267,15 @@ class Source:
         lsns = [first + 8 * i for i in range(len(tx.messages))]
         commit = (lsns[-1] if lsns else first) + 8
         self.decoder.feed(b"B" + struct.pack(">QqI", commit, 0, self.xid), first)
+        ordinal = 0
         for message, lsn in zip(tx.messages, lsns, strict=True):
+            if message[:1] == b"M":
+                message = message[:2] + struct.pack(">Q", lsn) + message[10:]
+                content = message[message.index(b"\0", 10) + 5 :]
+                self.schema_changes += changes_of(lsn, content, (commit, ordinal))
             self.decoder.feed(message, lsn)
+            # Data events count in the transaction's ordinals; Relation messages do not.
+            ordinal += message[:1] in (b"I", b"U", b"D", b"T", b"M")
         self.decoder.feed(b"C" + struct.pack(">BQQq", 0, commit, commit + 8, 0), commit)
         self.lsn = commit + 16
         self.commits.append(commit)
@@ -188,10 +287,22 @@ class Source:
 
     def batch(self) -> Batch:
         """The transactions since the last batch as one batch, its LSN past them all."""
-        return Batch(tables=self.take(), lsn=self.lsn)
+        changes, self.schema_changes = self.schema_changes, []
+        return Batch(tables=self.take(), lsn=self.lsn, schema_changes=changes)
 
     def rows(self, name: str) -> list[dict[str, Any]]:
         return [dict(r) for r in self.tables[name].rows]
+
+
+def _as_decoded(rows: pa.Table) -> pa.Table:
+    """A slice of a change table as a batch of those rows alone would hold it: without
+    the columns that none of them carried (a column added or dropped by a DDL in another
+    part of the table: null and in every row's ``_unchanged``)."""
+    if rows.num_rows == 0:
+        return rows
+    unchanged = [set(u) for u in rows["_unchanged"].to_pylist()]
+    names = [c for c in rows.column_names if c not in METADATA_COLUMNS]
+    return without_columns(rows, [c for c in names if all(c in u for u in unchanged)])
 
 
 def cut(batch: Batch, rows: int) -> tuple[Batch, Batch]:
@@ -199,11 +310,14 @@ def cut(batch: Batch, rows: int) -> tuple[Batch, Batch]:
     ``rows`` rows, inside their transaction when the next row belongs to it too (its LSN
     then stops short of that transaction's commit, as ``max_batch_rows`` cuts)."""
     ((name, table),) = batch.tables.items()
-    head, tail = table.slice(0, rows), table.slice(rows)
+    head, tail = _as_decoded(table.slice(0, rows)), _as_decoded(table.slice(rows))
     commit = int(head["_commit_lsn"][-1].as_py())
+    last = (commit, int(head["_tx_ordinal"][-1].as_py()))
     inside = tail.num_rows > 0 and int(tail["_commit_lsn"][0].as_py()) == commit
-    first = Batch(tables={name: head}, lsn=commit if inside else commit + 8)
-    return first, Batch(tables={name: tail}, lsn=batch.lsn)
+    early = [c for c in batch.schema_changes if c.place is not None and c.place < last]
+    late = [c for c in batch.schema_changes if c not in early]
+    first = Batch(tables={name: head}, lsn=commit if inside else commit + 8, schema_changes=early)
+    return first, Batch(tables={name: tail}, lsn=batch.lsn, schema_changes=late)
 
 
 def snapshot_batch(batch: Batch, *, start: bool) -> Batch:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -22,6 +22,7 @@ from ..errors import ConfigError, DeltaError
 from ..lakehouse.format import TablePosition
 from ..lakehouse.moved import fill_moved
 from ..lakehouse.positions import APP_ID, PROGRESS_APP_ID, Commit, Mark
+from ..lakehouse.reshape import ColumnOp, reshape_rows
 from ..lakehouse.shape import plain_schema
 from ..lakehouse.sink import LakehouseSink
 from ..lakehouse.sql import default_table_name, key_filter, source_columns
@@ -256,6 +257,21 @@ class DeltaTables:
         self.writer.write(ref, table, "overwrite", None)
         self._changed(ref)
         log.info("%s: Delta table rewritten for a schema change (%s)", name, ", ".join(changed))
+
+    def reshape(self, ref: str, name: str, ops: Sequence[ColumnOp], mark: Mark) -> None:
+        """Rewrites the table in one overwrite that records ``mark``: without column
+        mapping a Delta table's columns are its files' columns, so a rename or a drop is
+        a rewrite too, as is giving held rows a value."""
+        rows = read_table(self._where(ref) or ref, None, self.storage_options)
+        try:
+            rows = reshape_rows(rows, ops)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise DeltaError(
+                f"{name}: a schema change could not be applied to the rows the Delta table "
+                f"holds ({e}); copy the table again (pgwire-cdc resnapshot)"
+            ) from e
+        self.writer.write(ref, rows, "overwrite", mark.commit())
+        self._changed(ref)
 
     def copier(
         self, dsn: str, options: StreamOptions

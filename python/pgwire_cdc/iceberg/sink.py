@@ -10,8 +10,9 @@ column added, a type widened in place, a column dropped), and Spark's ``MERGE IN
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -20,6 +21,7 @@ from ..errors import ConfigError, IcebergError
 from ..lakehouse.format import TablePosition
 from ..lakehouse.moved import fill_moved
 from ..lakehouse.positions import Mark
+from ..lakehouse.reshape import ColumnOp, reshape_rows
 from ..lakehouse.shape import plain_schema
 from ..lakehouse.sink import LakehouseSink
 from ..lakehouse.sql import (
@@ -276,6 +278,74 @@ class IcebergTables:
                 self.spark.sql(f"ALTER TABLE {ref} DROP COLUMN {quote_name(c)}")
             log.info("%s: columns %s dropped (no longer published)", name, ", ".join(missing))
         return self.schema(ref)
+
+    def reshape(self, ref: str, name: str, ops: Sequence[ColumnOp], mark: Mark) -> None:
+        """Drops, renames and adds columns in the table's metadata (Iceberg tracks
+        columns by field id: no file is rewritten), widens a type in place where Iceberg
+        can; a type it cannot change in place becomes a new column of that name. Then,
+        when held rows get a value (an added column's value for existing rows, a
+        converted type), one overwrite of the rows, else an empty commit, records
+        ``mark``."""
+        data: list[ColumnOp] = []
+        for op in ops:
+            column = quote_name(op.column)
+            if op.kind == "drop":
+                self.spark.sql(f"ALTER TABLE {ref} DROP COLUMN {column}")
+            elif op.kind == "rename":
+                assert op.new_name is not None
+                self.spark.sql(
+                    f"ALTER TABLE {ref} RENAME COLUMN {column} TO {quote_name(op.new_name)}"
+                )
+            elif op.kind == "add":
+                self.spark.sql(f"ALTER TABLE {ref} ADD COLUMNS ({column} {self._spark_type(op)})")
+                if op.touches_rows:
+                    data.append(op)
+            elif op.kind == "set":
+                data.append(op)
+            elif op.kind == "retype":
+                assert op.type is not None
+                to = self._spark_type(op)
+                got = self.spark.table(ref).schema[op.column].dataType.simpleString()
+                if op.cast and _WIDENED.get(to, to) == got:
+                    continue
+                if op.cast:
+                    try:
+                        self.spark.sql(f"ALTER TABLE {ref} ALTER COLUMN {column} TYPE {to}")
+                        continue
+                    except Exception:  # not a type Iceberg widens to: the column anew
+                        log.debug("%s: %s cannot become %s in place", name, op.column, to)
+                data.append(op)
+        if not data:
+            empty = self.spark.table(ref).limit(0)
+            with self._recording(self._summary(mark)):
+                empty.writeTo(ref).append()
+            return
+        rows = self.read(ref, self.spark.table(ref).columns)
+        try:
+            # Added columns are in the table already (null): their values are set.
+            rows = reshape_rows(
+                rows, [replace(op, kind="set") if op.kind == "add" else op for op in data]
+            )
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise IcebergError(
+                f"{name}: a schema change could not be applied to the rows the Iceberg "
+                f"table holds ({e}); copy the table again (pgwire-cdc resnapshot)"
+            ) from e
+        held = self.spark.table(ref).schema
+        for op in data:
+            to = self._spark_type(op)
+            if held[op.column].dataType.simpleString() == to:
+                continue
+            # A type Iceberg cannot change in place: the column anew (a new field id).
+            self.spark.sql(f"ALTER TABLE {ref} DROP COLUMN {quote_name(op.column)}")
+            self.spark.sql(f"ALTER TABLE {ref} ADD COLUMNS ({quote_name(op.column)} {to})")
+        self._overwrite(ref, self._frame(rows.select(self.spark.table(ref).columns)), mark)
+
+    @staticmethod
+    def _spark_type(op: ColumnOp) -> str:
+        assert op.type is not None
+        spark_type = spark_schema(pa.schema([pa.field(op.column, op.type)]))[0]
+        return str(spark_type.dataType.simpleString())
 
     def copier(
         self, dsn: str, options: StreamOptions

@@ -17,7 +17,7 @@ table (a Delta table's path or catalog name, an Iceberg table's Spark SQL name);
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from ..streaming import StreamOptions
     from .positions import Mark
+    from .reshape import ColumnOp
 
 
 def _no_cut(_txn: str) -> int | None:
@@ -143,6 +144,14 @@ class TableFormat(Protocol):
         ``truncate``, the rows the source does not name are deleted too. ``adds``: some
         upserted key may be missing from the table (False: every one is there, see
         :func:`~pgwire_cdc.lakehouse.sink.adds_keys`)."""
+        ...
+
+    def reshape(self, ref: str, name: str, ops: Sequence[ColumnOp], mark: Mark) -> None:
+        """Carries out one DDL's column operations (:mod:`pgwire_cdc.lakehouse.reshape`)
+        on the table ``ref`` (of the source table ``name``) and the rows it holds, the
+        position ``mark`` recorded with them. Where the format changes columns in its
+        metadata alone, those changes need not record ``mark``: an operation carried out
+        already is left out when the DDL is applied again."""
         ...
 
     def record_progress(self, ref: str, batch_lsn: int, progress: Any) -> None:

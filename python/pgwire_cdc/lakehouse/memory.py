@@ -11,7 +11,7 @@ Python values: made for tests, not for volume.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from ..errors import Error
 from .format import TablePosition
 from .moved import fill_moved
 from .positions import NO_PROGRESS, Mark
+from .reshape import ColumnOp, reshape_rows
 from .sql import source_columns
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class LoggedCommit:
     """One commit of :attr:`MemoryTables.log`."""
 
     ref: str
-    #: "create", "overwrite", "append", "merge", "evolve", "progress".
+    #: "create", "overwrite", "append", "merge", "evolve", "reshape", "progress".
     kind: str
     mark: Mark | None = None
     rows: int = 0
@@ -217,6 +218,16 @@ class MemoryTables:
         if truncate:
             rows = [r for r in rows if tuple(r[k] for k in keys) in named]
         table.rows = rows + inserted
+        self._record(table, mark)
+
+    def reshape(self, ref: str, name: str, ops: Sequence[ColumnOp], mark: Mark) -> None:
+        try:
+            rows = reshape_rows(self.tables[ref].table(), ops)
+        except pa.ArrowInvalid as e:
+            raise MemoryTableError(f"{name}: {e}") from e
+        self._commit(LoggedCommit(ref, "reshape", mark, rows.num_rows))
+        table = self.tables[ref]
+        table.schema, table.rows = rows.schema, rows.to_pylist()
         self._record(table, mark)
 
     def record_progress(self, ref: str, batch_lsn: int, progress: Any) -> None:

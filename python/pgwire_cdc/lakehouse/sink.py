@@ -40,13 +40,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _native
-from ..tables import METADATA_COLUMNS, key_columns, mark_unchanged, parse_segment_key, table_of
+from ..tables import (
+    METADATA_COLUMNS,
+    key_columns,
+    mark_unchanged,
+    parse_segment_key,
+    table_of,
+    without_columns,
+)
 from .format import TableFormat, TablePosition
-from .positions import NO_PROGRESS, Mark, marks, unapplied
+from .positions import NO_PROGRESS, Mark, marks, txn_id, unapplied
+from .reshape import column_ops
 from .shape import data_columns, lake_shape, plain_schema
 from .stats import ApplyStats
 
 if TYPE_CHECKING:
+    from ..schema_changes import SchemaChange
     from ..streaming import Batch, StreamOptions
 
 log = logging.getLogger("pgwire_cdc")
@@ -91,6 +100,47 @@ def adds_keys(changes: pa.Table, keys: list[str], *, copying: bool = False) -> b
         differs = pc.fill_null(pc.not_equal(old, new), False)
         moved = pc.or_(moved, pc.and_(differs, with_image))
     return bool(pc.any(moved).as_py())
+
+
+def ddl_steps(changes: Iterable[SchemaChange]) -> dict[str, list[list[SchemaChange]]]:
+    """A batch's schema changes by source table, each DDL's changes (one message: one
+    LSN) as one step, in WAL order."""
+    steps: dict[str, dict[int, list[SchemaChange]]] = {}
+    for change in changes:
+        steps.setdefault(change.table, {}).setdefault(change.lsn, []).append(change)
+    return {name: list(by_lsn.values()) for name, by_lsn in steps.items()}
+
+
+def interleave(
+    parts: list[pa.Table], steps: list[list[SchemaChange]]
+) -> list[pa.Table | list[SchemaChange]]:
+    """A table's change tables (its schema segments, in commit order) cut at the places
+    of its DDL ``steps``: rows and steps in the order they happened at the source. A
+    step without a place (not in a transaction) goes first."""
+    pending = list(steps)
+    items: list[pa.Table | list[SchemaChange]] = []
+    for part in parts:
+        rest = part
+        while pending and rest.num_rows:
+            place = pending[0][0].place
+            if place is None:
+                items.append(pending.pop(0))
+                continue
+            commit, ordinal = rest["_commit_lsn"], rest["_tx_ordinal"]
+            earlier = pc.or_(
+                pc.less(commit, place[0]),
+                pc.and_(pc.equal(commit, place[0]), pc.less(ordinal, place[1])),
+            )
+            before = int(pc.sum(earlier).as_py() or 0)
+            if before == rest.num_rows:
+                break
+            if before:
+                items.append(rest.slice(0, before))
+            items.append(pending.pop(0))
+            rest = rest.slice(before)
+        if rest.num_rows:
+            items.append(rest)
+    return [*items, *pending]
 
 
 class LakehouseSink:
@@ -194,23 +244,36 @@ class LakehouseSink:
             self._positions = {}
             self._progress = {name: None for name in self._snapshot_written}
         groups = segments(batch.tables)
-        for name, parts in groups.items():
+        ddl = ddl_steps(batch.schema_changes)
+        for name in [*groups, *(n for n in ddl if n not in groups)]:
+            parts = groups.get(name, [])
             progress = batch.snapshot_progress.get(name, NO_PROGRESS)
-            for i, changes in enumerate(parts):
-                if batch.snapshot:
+            if batch.snapshot:
+                for changes in parts:
                     self._snapshot_part(name, changes, stats)
-                else:
-                    last = i == len(parts) - 1
-                    self._changes(
-                        name,
-                        self.format.ref(name),
-                        changes,
+                continue
+            ref = self.format.ref(name)
+            items = interleave(parts, ddl.get(name, []))
+            for i, item in enumerate(items):
+                if isinstance(item, pa.Table):
+                    item = _as_then(item, items[:i], items[i + 1 :])
+                    last = i == len(items) - 1
+                    # Rows before a DDL of a later place: their batch, as far as the
+                    # commits that record them go, ends at the DDL's transaction.
+                    upto = next(
+                        (s[0].commit_lsn for s in items[i + 1 :] if isinstance(s, list)),
                         batch.lsn,
-                        progress if last else NO_PROGRESS,
-                        stats,
                     )
+                    self._changes(
+                        name, ref, item, upto or batch.lsn, progress if last else NO_PROGRESS, stats
+                    )
+                else:
+                    self._schema_step(name, ref, item, stats)
+            if items and not isinstance(items[-1], pa.Table) and parts:
+                # The batch's progress goes with a commit of the rows' own.
+                self._changes(name, ref, parts[-1].slice(0, 0), batch.lsn, progress, stats)
         for name in batch.snapshot_progress:
-            if name in groups:
+            if groups.get(name):
                 continue
             ref = self.format.ref(name)
             if batch.snapshot:
@@ -291,6 +354,55 @@ class LakehouseSink:
         self.format.write(ref, empty, "overwrite", None)
         self._progress[name] = None
         self._committed(ref, None)
+
+    # -- schema changes ----------------------------------------------------------------
+
+    def _schema_step(
+        self, name: str, ref: str, changes: list[SchemaChange], stats: ApplyStats
+    ) -> None:
+        """One DDL (its changes, from one message) applied to the table at its place:
+        after the rows before it, before those after (:mod:`pgwire_cdc.lakehouse.reshape`),
+        in a commit recording that place, so a batch delivered again skips it."""
+        kinds = {c.kind for c in changes}
+        first = changes[0]
+        if "drop_table" in kinds:
+            log.warning(
+                "%s was dropped at the source (%s at LSN %s): its %s is kept as it was",
+                name,
+                first.command_tag,
+                first.lsn,
+                self.format.kind,
+            )
+            return
+        if "rename_table" in kinds:
+            old = first.renamed.get("table", "?")
+            if self.format.exists(self.format.ref(old)):
+                raise self.format.error(
+                    f"{old} was renamed to {name} at the source (LSN {first.lsn}); the sink "
+                    f"does not rename its {self.format.kind} {self.format.ref(old)}: rename "
+                    f"or remove it, then copy {name} again (pgwire-cdc resnapshot)"
+                )
+        if not self.format.exists(ref):
+            return
+        place = first.place
+        current = self._position(ref) or TablePosition(None)
+        if place is not None and _covers(current, place):
+            return
+        ops = column_ops(changes, plain_schema(self.format.schema(ref)))
+        if not ops:
+            return
+        mark = Mark(current.lsn, place)
+        self.format.reshape(ref, name, ops, mark)
+        stats.commits += 1
+        self._committed(ref, mark)
+        log.info(
+            "%s: %s at LSN %s applied to its %s (%s)",
+            name,
+            first.command_tag or "DDL",
+            first.lsn,
+            self.format.kind,
+            ", ".join(f"{op.kind} {op.column}" for op in ops),
+        )
 
     # -- changes -----------------------------------------------------------------------
 
@@ -379,3 +491,31 @@ class LakehouseSink:
         # In the table's column order: a writer may take the changes' columns by position.
         order = held.names if set(held.names) == set(data_columns(changes)) else None
         return changes.select([*(order or data_columns(changes)), *METADATA_COLUMNS])
+
+
+def _as_then(
+    rows: pa.Table,
+    earlier: list[pa.Table | list[SchemaChange]],
+    later: list[pa.Table | list[SchemaChange]],
+) -> pa.Table:
+    """``rows`` in the columns their table had when they were written: a change table
+    that spans a DDL holds every version's columns (those a row's version lacked null and
+    in its ``_unchanged``), and a column added after the rows, or dropped or renamed
+    before them, must not reach the table through them."""
+    shape = next((s[0].before for s in later if isinstance(s, list)), None)
+    if shape is None:
+        shape = next((s[0].after for s in reversed(earlier) if isinstance(s, list)), None)
+    if shape is None:
+        return rows
+    names = {c.name for c in shape.columns}
+    return without_columns(rows, [c for c in data_columns(rows) if c not in names])
+
+
+def _covers(position: TablePosition, place: tuple[int, int]) -> bool:
+    """Whether a table at ``position`` holds what happened up to ``place`` (a commit LSN
+    and ``tx_ordinal``)."""
+    commit, ordinal = place
+    if position.lsn is not None and position.lsn >= commit:
+        return True
+    reached = position.ordinal_of(txn_id(commit))
+    return reached is not None and reached >= ordinal

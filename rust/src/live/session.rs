@@ -78,14 +78,25 @@ pub struct StartOptions {
     pub stall_timeout: Option<Duration>,
     /// Held (streamed or prepared) transactions past this much memory go to disk.
     pub spill: SpillConfig,
-    /// Logical decoding messages with this prefix are handed to the consumer with the
-    /// batch they arrive in ([`Polled::notes`]): records a consumer wrote into the WAL
-    /// itself, such as `pgwire_cdc`'s copy state.
-    pub note_prefix: Option<String>,
+    /// Logical decoding messages with one of these prefixes are handed to the consumer
+    /// with the batch they arrive in ([`Polled::notes`]): records written into the WAL
+    /// for the consumer, such as `pgwire_cdc`'s copy state and the DDL that its event
+    /// triggers capture.
+    pub note_prefixes: Vec<String>,
 }
 
-/// A logical decoding message handed to the consumer: its LSN and its content.
-pub type Note = (u64, Vec<u8>);
+/// A logical decoding message handed to the consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// The message's own LSN.
+    pub lsn: u64,
+    pub prefix: String,
+    pub content: Vec<u8>,
+    /// A transactional message's place among its transaction's data events: the commit
+    /// LSN and its `tx_ordinal` (the rows' `_commit_lsn` / `_tx_ordinal`), which put it
+    /// between the rows before and after it. `None` for a non-transactional message.
+    pub place: Option<(u64, u64)>,
+}
 
 /// One poll's result: the rows cut into a batch (empty for `Pending`) and its LSN.
 #[derive(Debug)]
@@ -93,8 +104,8 @@ pub struct Polled {
     pub segments: Vec<Segment>,
     pub lsn: u64,
     pub stop: Stop,
-    /// Messages with [`StartOptions::note_prefix`] received since the last batch, in WAL
-    /// order.
+    /// Messages with one of [`StartOptions::note_prefixes`] received since the last batch,
+    /// in the order they were decoded.
     pub notes: Vec<Note>,
 }
 
@@ -123,8 +134,8 @@ struct Tracker<'a> {
     last_row: &'a mut Option<(u64, u64)>,
     /// Rows already handed out by an earlier session of this run: skipped.
     skip_through: Option<(u64, u64)>,
-    /// Messages whose prefix is `note_prefix` go to `notes`.
-    note_prefix: Option<&'a str>,
+    /// Messages whose prefix is one of `note_prefixes` go to `notes`.
+    note_prefixes: &'a [String],
     notes: &'a mut Vec<Note>,
 }
 
@@ -134,7 +145,7 @@ impl<'a> Tracker<'a> {
         value_errors: &'a mut Vec<DecodeError>,
         last_row: &'a mut Option<(u64, u64)>,
         skip_through: Option<(u64, u64)>,
-        note_prefix: Option<&'a str>,
+        note_prefixes: &'a [String],
         notes: &'a mut Vec<Note>,
     ) -> Self {
         Self {
@@ -143,7 +154,7 @@ impl<'a> Tracker<'a> {
             finished: None,
             last_row,
             skip_through,
-            note_prefix,
+            note_prefixes,
             notes,
         }
     }
@@ -156,8 +167,18 @@ impl EventSink for Tracker<'_> {
             EventRef::StreamCommit(c) => self.finished = Some(c.end_lsn),
             EventRef::CommitPrepared(c) => self.finished = Some(c.end_lsn),
             EventRef::RollbackPrepared(r) => self.finished = Some(r.rollback_end_lsn),
-            EventRef::Message(m) if self.note_prefix == Some(m.prefix) => {
-                self.notes.push((m.lsn, m.content.to_vec()));
+            EventRef::Message(m) if self.note_prefixes.iter().any(|p| p == m.prefix) => {
+                let place = if m.transactional {
+                    meta.commit_lsn.map(|commit| (commit, meta.tx_ordinal))
+                } else {
+                    None
+                };
+                self.notes.push(Note {
+                    lsn: m.lsn,
+                    prefix: m.prefix.to_owned(),
+                    content: m.content.to_vec(),
+                    place,
+                });
             }
             EventRef::Insert { .. }
             | EventRef::Update { .. }
@@ -197,8 +218,8 @@ pub struct LiveSession {
     last_row: Option<(u64, u64)>,
     /// The last batch ended inside a transaction, after this row.
     partial: Option<(u64, u64)>,
-    /// See [`StartOptions::note_prefix`].
-    note_prefix: Option<String>,
+    /// See [`StartOptions::note_prefixes`].
+    note_prefixes: Vec<String>,
     /// Notes received since the last batch.
     notes: Vec<Note>,
 }
@@ -282,7 +303,7 @@ impl LiveSession {
             skip_through: options.skip_through,
             last_row: None,
             partial: None,
-            note_prefix: options.note_prefix.clone(),
+            note_prefixes: options.note_prefixes.clone(),
             notes: Vec::new(),
         };
         if options.acked_lsn > 0 {
@@ -503,7 +524,7 @@ impl LiveSession {
                         &mut self.value_errors,
                         &mut self.last_row,
                         self.skip_through,
-                        self.note_prefix.as_deref(),
+                        &self.note_prefixes,
                         &mut self.notes,
                     );
                     self.decoder
@@ -579,7 +600,7 @@ impl LiveSession {
             &mut self.value_errors,
             &mut self.last_row,
             self.skip_through,
-            self.note_prefix.as_deref(),
+            &self.note_prefixes,
             &mut self.notes,
         );
         let done = self

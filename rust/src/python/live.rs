@@ -29,8 +29,9 @@ use super::snapshot::{catalog_relation, CatalogColumn};
 /// `(oid, schema, table, replica_identity, columns, copy_sql)`.
 type TaskSpec = (u32, String, String, String, Vec<CatalogColumn>, String);
 type SegmentsOut = Vec<(String, PyArrowStream)>;
-/// Notes handed to Python: `(lsn, content)`.
-type NotesOut<'py> = Vec<(u64, Bound<'py, PyBytes>)>;
+/// Notes handed to Python: `(lsn, content, prefix, place)`, place `(commit_lsn,
+/// tx_ordinal)` of a transactional message, else None.
+type NotesOut<'py> = Vec<(u64, Bound<'py, PyBytes>, String, Option<(u64, u64)>)>;
 
 fn live_error(py: Python<'_>, e: &LiveError) -> PyErr {
     match e {
@@ -78,7 +79,7 @@ pub struct PySessionOptions {
     stall_timeout: Option<Duration>,
     spill: SpillConfig,
     types: Vec<(u32, BaseType)>,
-    note_prefix: Option<String>,
+    note_prefixes: Vec<String>,
 }
 
 #[pymethods]
@@ -90,7 +91,7 @@ impl PySessionOptions {
                         streaming = true, status_interval_ms = 10_000, stall_timeout_ms = None,
                         type_map = HashMap::new(),
                         spill_threshold = SpillConfig::DEFAULT_MEMORY_LIMIT, spill_dir = None,
-                        note_prefix = None))]
+                        note_prefixes = Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         publication_names: Vec<String>,
@@ -103,7 +104,7 @@ impl PySessionOptions {
         type_map: HashMap<u32, (u32, i32)>,
         spill_threshold: usize,
         spill_dir: Option<PathBuf>,
-        note_prefix: Option<String>,
+        note_prefixes: Vec<String>,
     ) -> PyResult<Self> {
         if !(1..=4).contains(&proto_version) {
             return Err(PyValueError::new_err("proto_version must be 1 to 4"));
@@ -135,7 +136,7 @@ impl PySessionOptions {
                 dir: spill_dir,
             },
             types,
-            note_prefix,
+            note_prefixes,
         })
     }
 }
@@ -162,7 +163,7 @@ impl PySessionOptions {
             skip_through,
             stall_timeout: self.stall_timeout,
             spill: self.spill.clone(),
-            note_prefix: self.note_prefix.clone(),
+            note_prefixes: self.note_prefixes.clone(),
         }
     }
 }
@@ -473,7 +474,14 @@ impl PyLiveStream {
             polled
                 .notes
                 .iter()
-                .map(|(lsn, content)| (*lsn, PyBytes::new(py, content)))
+                .map(|n| {
+                    (
+                        n.lsn,
+                        PyBytes::new(py, &n.content),
+                        n.prefix.clone(),
+                        n.place,
+                    )
+                })
                 .collect(),
         ))
     }
