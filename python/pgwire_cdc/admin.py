@@ -42,7 +42,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -51,6 +51,9 @@ from psycopg.rows import tuple_row
 
 from .errors import ConfigError, Error, SlotError
 from .lsn import lsn_to_int
+
+if TYPE_CHECKING:
+    from .ddl_capture import DdlCaptureStatus
 
 __all__ = [
     "Problem",
@@ -63,16 +66,19 @@ __all__ = [
     "check_server",
     "check_slot_usable",
     "copy_slot",
+    "ddl_capture_status",
     "drop_slot",
     "ensure_publication",
     "ensure_publication_problems",
     "get_slot",
+    "install_ddl_capture",
     "list_slots",
     "parse_table_name",
     "publication_exists",
     "publication_tables",
     "quote_ident",
     "raise_problems",
+    "remove_ddl_capture",
     "replica_identities",
     "replica_identity_problems",
     "resolve_tables",
@@ -1223,6 +1229,32 @@ def set_failover(dsn: str, name: str) -> None:
         ) from exc
     finally:
         conn.close()
+
+
+def install_ddl_capture(dsn: str) -> DdlCaptureStatus:
+    """Installs DDL capture (event triggers writing each table DDL into the WAL as a
+    logical decoding message, prefix ``pgwire_cdc.ddl``) in the database of ``dsn``, or
+    upgrades an older installation; idempotent. Needs a role that may create event
+    triggers. See :mod:`pgwire_cdc.ddl_capture`."""
+    from .ddl_capture import install_ddl_capture as install
+
+    return install(dsn)
+
+
+def remove_ddl_capture(dsn: str) -> None:
+    """Removes DDL capture from the database of ``dsn``; nothing installed is fine. See
+    :mod:`pgwire_cdc.ddl_capture`."""
+    from .ddl_capture import remove_ddl_capture as remove
+
+    remove(dsn)
+
+
+def ddl_capture_status(dsn: str) -> DdlCaptureStatus:
+    """Whether DDL capture is installed in the database of ``dsn`` and current. See
+    :mod:`pgwire_cdc.ddl_capture`."""
+    from .ddl_capture import ddl_capture_status as status
+
+    return status(dsn)
 
 
 def _invalid_reason(info: SlotInfo) -> str:
