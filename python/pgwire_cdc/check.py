@@ -1,10 +1,11 @@
 """``pgwire-cdc check``: everything a server, role, publication and slot need, as findings.
 
 Each :class:`Finding` says what was checked, whether it is fine (``ok``), worth knowing
-(``info``) or in the way (``problem``), and for problems the change that fixes it (also
-alone, in ``fix``). The problems are exactly those ``stream()`` would stop at
-(:mod:`pgwire_cdc.preflight`, run here without keeping any change), all at once instead
-of stopping at the first.
+(``info``), worth mending though nothing stops (``warning``) or in the way (``problem``),
+and for problems and warnings the change that fixes it (also alone, in ``fix``). The
+problems are exactly those ``stream()`` would stop at (:mod:`pgwire_cdc.preflight`, run
+here without keeping any change), all at once instead of stopping at the first. Whether
+DDL capture (:mod:`pgwire_cdc.ddl_capture`) is installed is advice, never a problem.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from typing import Any
 
 import psycopg
 
-from . import admin, preflight
+from . import admin, ddl_capture, preflight
 
 
 @dataclass
 class Finding:
-    level: str  # "ok" | "info" | "problem"
-    topic: str  # "server", "role", "publication", "table", "privilege", "slot"
+    level: str  # "ok" | "info" | "warning" | "problem"
+    topic: str  # "server", "role", "publication", "table", "privilege", "slot", "ddl_capture"
     subject: str  # the server, "schema.table", a publication or a slot
     message: str
     fix: str | None = None  # the SQL or setting that fixes a problem
@@ -97,8 +98,73 @@ def run_checks(
                 )
             )
     out += _failover_findings(conn, found, failover)
+    out.append(_ddl_capture_finding(conn))
     out += [_finding(p) for p in found.problems]
     return out
+
+
+def _ddl_capture_finding(conn: psycopg.Connection[Any]) -> Finding:
+    """Whether DDL capture (:mod:`pgwire_cdc.ddl_capture`) is installed and current: it is
+    optional, so its absence is advice, and an installation to mend a warning."""
+    subject = "DDL capture"
+    fix = "pgwire-cdc ddl-capture install --dsn ... (as a superuser)"
+    try:
+        status = ddl_capture.status_on(conn)
+    except psycopg.Error as e:
+        return Finding(
+            "info",
+            "ddl_capture",
+            subject,
+            f"could not be checked: {e.diag.message_primary or e}; ddl-capture status as a"
+            " role that may read schema pgwire_cdc tells",
+        )
+    if not status.installed:
+        return Finding(
+            "info",
+            "ddl_capture",
+            subject,
+            "not installed: without it, a schema change that rewrites a table (ALTER COLUMN"
+            " ... TYPE, ADD COLUMN with a volatile default) or drops a column and adds one of"
+            " the same name makes the sink copy the table again; with it, each table DDL is"
+            " written into the WAL beside the rows it changes",
+            fix,
+        )
+    if not status.current:
+        return Finding(
+            "warning",
+            "ddl_capture",
+            subject,
+            f"version {status.version} is installed, this pgwire_cdc writes version"
+            f" {ddl_capture.DDL_CAPTURE_VERSION}: install again to upgrade it in place",
+            fix,
+        )
+    if status.missing:
+        return Finding(
+            "warning",
+            "ddl_capture",
+            subject,
+            "installed but incomplete (" + ", ".join(status.missing) + "): DDL is not"
+            " recorded until it is installed again",
+            fix,
+        )
+    if status.tables_undescribed:
+        return Finding(
+            "warning",
+            "ddl_capture",
+            subject,
+            f"{status.tables_undescribed} table(s) have no stored description (the table of"
+            " descriptions is UNLOGGED: a crash restart or a promoted standby empties it), so"
+            " their next DDL is recorded without the columns before it: install again to"
+            " describe them",
+            fix,
+        )
+    return Finding(
+        "ok",
+        "ddl_capture",
+        subject,
+        f"version {status.version} installed: each table DDL is written into the WAL"
+        f" ({status.tables_described} table(s) described)",
+    )
 
 
 def _idle_slot_timeout(conn: psycopg.Connection[Any]) -> list[Finding]:

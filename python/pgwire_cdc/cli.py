@@ -2,6 +2,7 @@
 
 Commands: ``demo`` (the two-minute tour against a throwaway PostgreSQL), ``stream`` (changes
 into Parquet files or Delta tables), ``slots``, ``drop-slot``, ``resnapshot``, ``check``,
+``ddl-capture`` (install, remove or inspect the event triggers that write DDL into the WAL),
 ``bench`` and ``jars`` (the Delta Lake jars for Spark, from Maven Central).
 
 Exit codes: 0 success; 1 a check failed or the demo's tables differ from the source;
@@ -246,13 +247,50 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([f.to_dict() for f in findings], indent=2))
     else:
-        marks = {"ok": "ok     ", "info": "info   ", "problem": "PROBLEM"}
+        marks = {"ok": "ok     ", "info": "info   ", "warning": "WARNING", "problem": "PROBLEM"}
         for f in findings:
             print(f"{marks[f.level]} [{f.topic}] {f.subject}: {f.message}")
             if f.fix:
                 print(f"        fix: {f.fix}")
         print(f"\n{len(problems)} problem(s)" if problems else "\nready for logical replication")
     return EXIT_FAILED if problems else EXIT_OK
+
+
+def cmd_ddl_capture(args: argparse.Namespace) -> int:
+    from . import ddl_capture
+
+    if args.action == "install":
+        status = ddl_capture.install_ddl_capture(args.dsn)
+    elif args.action == "remove":
+        ddl_capture.remove_ddl_capture(args.dsn)
+        status = ddl_capture.ddl_capture_status(args.dsn)
+    else:
+        status = ddl_capture.ddl_capture_status(args.dsn)
+    if args.json:
+        print(json.dumps(status.to_dict(), indent=2))
+    elif args.action == "install":
+        print(
+            f"DDL capture version {status.version} installed in schema pgwire_cdc"
+            f" ({status.tables_described} table(s) described)"
+        )
+    elif args.action == "remove":
+        print("DDL capture removed" if not status.installed else "DDL capture still installed")
+    else:
+        print(f"installed: {'yes' if status.installed else 'no'}")
+        print(f"version: {status.version if status.version is not None else '-'}")
+        print(
+            f"current: {'yes' if status.current else 'no'}"
+            f" (this pgwire_cdc writes version {ddl_capture.DDL_CAPTURE_VERSION})"
+        )
+        if status.installed:
+            print(f"tables described: {status.tables_described}")
+            if status.tables_undescribed:
+                print(f"tables without a description: {status.tables_undescribed}")
+            for part in status.missing:
+                print(f"missing: {part}")
+    if args.action == "remove":
+        return EXIT_OK if not status.installed else EXIT_FAILED
+    return EXIT_OK if args.action == "install" or status.healthy else EXIT_FAILED
 
 
 class ParquetSink:
@@ -803,6 +841,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     json_flag(p, "the findings (level, topic, subject, message, fix)")
     p.set_defaults(func=cmd_check)
+
+    p = command(
+        "ddl-capture",
+        help="install, remove or inspect the event triggers that write DDL into the WAL",
+        description="DDL capture (opt-in): event triggers in schema pgwire_cdc that write "
+        "each DDL on a table into the WAL as a transactional logical decoding message "
+        "(prefix pgwire_cdc.ddl) with the table's columns before and after and whether it "
+        "was rewritten, so that a stream knows what a schema change did. `install` (again: "
+        "upgrades in place) needs a superuser or a role that may create event triggers "
+        "(rds_superuser); `remove` drops it all; `status` exits 1 unless it is installed, "
+        "current and complete. A failing trigger never fails the DDL (a WARNING instead).",
+    )
+    p.add_argument("action", choices=["install", "remove", "status"], help="what to do")
+    _dsn_arg(p)
+    json_flag(p, "the state afterwards (installed, version, current, tables_described, ...)")
+    p.set_defaults(func=cmd_ddl_capture)
 
     p = command(
         "bench",

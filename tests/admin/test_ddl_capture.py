@@ -1,12 +1,16 @@
 """pgwire_cdc.ddl_capture against real PostgreSQL 15 and 18: install, status and remove, the
 privilege they need, the messages the event triggers write (read back through a pgoutput
 slot and pgwire_cdc's own decoder), the text of each added column's missing value against
-what the table's existing rows read, and DDL that goes on when the triggers fail."""
+what the table's existing rows read, DDL that goes on when the triggers fail, and the
+``ddl-capture`` and ``check`` commands."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import Database
-from pgwire_cdc import Decoder, admin, ddl_capture, lsn_to_int
+from pgwire_cdc import Decoder, admin, cli, ddl_capture, lsn_to_int
 from pgwire_cdc.errors import ConfigError
 
 PEEK = (
@@ -562,3 +566,68 @@ def test_an_emptied_descriptions_table_is_reported_and_refilled(capture: Capture
     assert capture.one("ALTER TABLE t ADD COLUMN v int")["before"] is None
     db.conn.execute("TRUNCATE pgwire_cdc.ddl_tables")
     assert ddl_capture.install_ddl_capture(db.dsn).tables_undescribed == 0
+
+
+# -- the command line ----------------------------------------------------------------------
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pgwire_cdc.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
+    )
+
+
+def ddl_finding(db: Database) -> dict[str, Any]:
+    proc = run_cli("check", "--dsn", db.dsn, "--json")
+    assert proc.returncode in (0, 1), proc.stderr
+    (finding,) = [f for f in json.loads(proc.stdout) if f["topic"] == "ddl_capture"]
+    assert finding["level"] != "problem"
+    return dict(finding)
+
+
+def test_the_ddl_capture_command_and_the_check_finding(db: Database) -> None:
+    help_ = run_cli("ddl-capture", "--help")
+    assert help_.returncode == 0 and "install,remove,status" in help_.stdout
+    assert "ddl-capture" in run_cli("--help").stdout
+
+    status = run_cli("ddl-capture", "status", "--dsn", db.dsn)
+    assert status.returncode == cli.EXIT_FAILED, status.stderr
+    assert "installed: no" in status.stdout
+    finding = ddl_finding(db)
+    assert finding["level"] == "info" and "copy the table again" in finding["message"]
+    assert finding["fix"].startswith("pgwire-cdc ddl-capture install --dsn")
+
+    installed = run_cli("ddl-capture", "install", "--dsn", db.dsn)
+    assert installed.returncode == 0, installed.stderr
+    assert "version 1 installed" in installed.stdout
+    status = run_cli("ddl-capture", "status", "--dsn", db.dsn)
+    assert status.returncode == 0, status.stderr
+    assert "installed: yes" in status.stdout and "version: 1" in status.stdout
+    assert "current: yes" in status.stdout
+    as_json = json.loads(run_cli("ddl-capture", "status", "--dsn", db.dsn, "--json").stdout)
+    assert as_json["installed"] and as_json["version"] == 1 and as_json["current"]
+    assert ddl_finding(db)["level"] == "ok"
+
+    db.conn.execute(
+        "CREATE OR REPLACE FUNCTION pgwire_cdc.ddl_capture_version() RETURNS integer"
+        " LANGUAGE sql IMMUTABLE AS 'SELECT 0'"
+    )
+    finding = ddl_finding(db)
+    assert finding["level"] == "warning" and "install again" in finding["message"]
+    text = run_cli("check", "--dsn", db.dsn)
+    assert "WARNING [ddl_capture]" in text.stdout, text.stdout
+    status = run_cli("ddl-capture", "status", "--dsn", db.dsn)
+    assert status.returncode == cli.EXIT_FAILED and "current: no" in status.stdout
+
+    removed = run_cli("ddl-capture", "remove", "--dsn", db.dsn)
+    assert removed.returncode == 0 and "removed" in removed.stdout, removed.stderr
+    assert ddl_finding(db)["level"] == "info"
+
+    with role(db) as (_, dsn):
+        refused = run_cli("ddl-capture", "install", "--dsn", dsn)
+        assert refused.returncode == cli.EXIT_ERROR
+        assert "superuser" in refused.stderr and password_of(dsn) not in refused.stderr
