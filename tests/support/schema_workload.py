@@ -165,3 +165,74 @@ ODD_MOVES = Step(
     ),
     ODD.want,
 )
+
+#: The everyday migrations, with the DDL capture installed (``install_ddl_capture``):
+#: after each step every lake table equals its source table, all columns. A keyed table
+#: ``m`` and a keyless REPLICA IDENTITY FULL table ``k``; DDL and DML share transactions
+#: (one string: one transaction), so each DDL must land between the rows around it.
+_BOTH = {"public.m": "SELECT * FROM m", "public.k": "SELECT * FROM k"}
+MIGRATIONS = (
+    Step(
+        (
+            "CREATE TABLE m (id int PRIMARY KEY, v text, x text, n int)",
+            "CREATE TABLE k (a int, b text)",
+            "ALTER TABLE k REPLICA IDENTITY FULL",
+            "CREATE PUBLICATION pub FOR TABLE m, k",
+            "INSERT INTO m SELECT g, 'v' || g, 'x' || g, g FROM generate_series(1, 50) g",
+            "INSERT INTO k SELECT g, 'b' || g FROM generate_series(1, 50) g",
+        ),
+        _BOTH,
+    ),
+    # ADD COLUMN ... DEFAULT: held rows read the default; a later explicit NULL stays.
+    Step(
+        (
+            "UPDATE m SET v = 'v1-' || id WHERE id <= 3;"
+            " ALTER TABLE m ADD COLUMN c int NOT NULL DEFAULT 7;"
+            " INSERT INTO m VALUES (101, 'new', 'x', 1, 8);"
+            " UPDATE m SET n = n + 1 WHERE id = 4",
+            "ALTER TABLE m ADD COLUMN d int DEFAULT 5",
+            "INSERT INTO m VALUES (102, 'null d', 'x', 2, 9, NULL)",
+        ),
+        _BOTH,
+        {"public.m": {"c": pa.int32()}},
+    ),
+    # The same on the keyless table, then updates (rows are matched whole).
+    Step(
+        (
+            "ALTER TABLE k ADD COLUMN c int NOT NULL DEFAULT 7",
+            "UPDATE k SET b = b || '!' WHERE a % 5 = 0",
+            "DELETE FROM k WHERE a % 7 = 0",
+        ),
+        _BOTH,
+    ),
+    # RENAME COLUMN: the values follow the column.
+    Step(("ALTER TABLE m RENAME COLUMN v TO w; UPDATE m SET w = 'renamed' WHERE id = 5",), _BOTH),
+    # DROP COLUMN, then ADD COLUMN of the same name: never the dropped values.
+    Step(
+        (
+            "ALTER TABLE m DROP COLUMN x",
+            "ALTER TABLE m ADD COLUMN x text",
+            "UPDATE m SET x = 'again' WHERE id = 6",
+        ),
+        _BOTH,
+    ),
+    # ALTER COLUMN ... TYPE ... USING: a rewrite the stream does not carry.
+    Step(
+        (
+            "ALTER TABLE m ALTER COLUMN n TYPE text USING 'n=' || n;"
+            " UPDATE m SET w = 'after using' WHERE id = 7",
+        ),
+        _BOTH,
+    ),
+    # A volatile default: the table is rewritten with a value per row.
+    Step(("ALTER TABLE m ADD COLUMN r int DEFAULT (random() * 1000)::int",), _BOTH),
+    # Widening, and TRUNCATE with a reload in one transaction.
+    Step(
+        (
+            "ALTER TABLE m ALTER COLUMN c TYPE bigint",
+            "TRUNCATE k; INSERT INTO k SELECT g, 'again' || g, g FROM generate_series(1, 20) g",
+        ),
+        _BOTH,
+        {"public.m": {"c": pa.int64()}},
+    ),
+)

@@ -1,0 +1,46 @@
+"""The everyday migrations (``schema_workload.MIGRATIONS``) with the DDL capture
+installed, against real PostgreSQL: after each step every Delta table equals its source
+table, all columns — ADD COLUMN with a default (on a keyless table too), RENAME, DROP and
+ADD again, ALTER TYPE ... USING and a volatile default (rewrites: the stream reads the
+table again), widening, TRUNCATE and reload. Each Delta writer: delta-rs with deletion
+vectors and copy-on-write (batches of a few rows, so that batches end between a DDL and
+the rows around it; checked after each step), and Spark (all the migrations in one run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Database
+from live.test_stream import current_lsn
+from pgwire_cdc import delta
+from pgwire_cdc.admin import install_ddl_capture
+from support.schema_workload import MIGRATIONS
+
+
+def keep_through_migrations(db: Database, path: Path, *, each: bool, **options: Any) -> None:
+    """Runs the steps at the source and keeps the tables: after ``each`` step (checked
+    after each), or once after the first and once after all (checked then)."""
+    install_ddl_capture(db.dsn)
+    last = len(MIGRATIONS) - 1
+    for i, step in enumerate(MIGRATIONS):
+        step.run(db.conn)
+        if each or i in (0, last):
+            until = current_lsn(db)
+            delta.run(db.dsn, path, publication="pub", slot="s1", until_lsn=until, **options)
+            step.check(db.conn, lambda name: delta.read_table(delta.table_path(path, name)))
+
+
+@pytest.mark.parametrize("deletion_vectors", [True, False], ids=["dv", "cow"])
+def test_migrations_with_delta_rs(db: Database, tmp_path: Path, deletion_vectors: bool) -> None:
+    keep_through_migrations(
+        db, tmp_path, each=True, deletion_vectors=deletion_vectors, max_batch_rows=7
+    )
+
+
+def test_migrations_with_the_spark_writer(db: Database, tmp_path: Path, spark_in: Any) -> None:
+    """Every migration in one run (a Spark MERGE costs seconds): the DDL among the rows
+    of one stream, the tables equal to the source at its end."""
+    spark = spark_in("classic")
+    keep_through_migrations(db, tmp_path, each=False, writer="spark", spark=spark)
