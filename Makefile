@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.deps-stamp
 
-.PHONY: help venv jars build bench-build wheel check-wheels test lint rust-test pytest test-full torture demo bench bench-capture bench-rust bench-py bench-live bench-spark fuzz captures clean
+.PHONY: help venv jars build bench-build wheel check-wheel check-wheels test lint rust-test pytest test-full torture demo bench bench-capture bench-rust bench-py bench-live bench-spark fuzz captures clean
 
 help:
 	@echo "make demo      a live workload on a throwaway PostgreSQL 18 kept as Delta tables (delta-rs), then read with Spark and compared with the source"
@@ -106,32 +106,37 @@ lint: venv
 rust-test:
 	cargo test --all-targets --features fuzzing
 
-# The wheels tests/wheels/test_wheel.py checks: this machine's (x86_64) is the one `make build`
-# built — `make wheel`'s build, plus the test-only client classes — installed into a
-# brand-new venv and run; the aarch64 one, built with the unoptimised `portable` profile
-# (Cargo.toml), is checked for its manylinux tags and symbol versions only.
+# The wheels tests/wheels/test_wheel.py checks. `make test` checks this machine's (x86_64):
+# the one `make build` built — `make wheel`'s build, plus the test-only client classes —
+# installed into a brand-new venv and run. `make check-wheels` adds the aarch64 one, built
+# with the unoptimised `portable` profile (Cargo.toml) and checked for its manylinux tags
+# and symbol versions only: a cross build of some four minutes on two cores, which
+# `make test` leaves to it.
 CHECK_WHEELS := target/check-wheels
-check-wheels: build
+check-wheel: build
 	rm -rf $(CHECK_WHEELS)
 	mkdir -p $(CHECK_WHEELS)
 	cp $(DEV_WHEELS)/pgwire_cdc-*.whl $(CHECK_WHEELS)/
+
+check-wheels: check-wheel
 	rustup target add aarch64-unknown-linux-gnu
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/maturin build --profile portable -q --zig \
 	  --compatibility manylinux2014 --target aarch64-unknown-linux-gnu -o $(CHECK_WHEELS)
+	PGWIRE_CDC_WHEELS=$(CURDIR)/$(CHECK_WHEELS) $(VENV)/bin/pytest -q tests/wheels
 
 # Every pytest suite, in two tiers: the offline suites first (no PostgreSQL, no Spark: a
 # broken build fails within minutes), then those against PostgreSQL 15 and 18 and Spark.
 # Each run ends with its slowest tests (--durations, kept in the CI log); every test has a
 # time limit (pytest-timeout: pyproject.toml's default, longer where a test says so).
 PYTEST := PGWIRE_CDC_WHEELS=$(CURDIR)/$(CHECK_WHEELS) $(VENV)/bin/pytest -q --durations=40
-pytest: build check-wheels jars
+pytest: build check-wheel jars
 	$(PYTEST) -m "not server"
 	$(PYTEST) -m server
 
 # The server tier with every variant: the sink, Spark, CLI and docs suites on PostgreSQL 15
 # as well as 18 (`make test` runs them on 18 and the tests tests/support/server_variants.py
 # lists on both).
-test-full: build check-wheels jars
+test-full: build check-wheel jars
 	PGWIRE_CDC_BOTH_SERVERS=1 $(PYTEST) -m server
 
 # The crash tortures in full, which `make test` runs short: 20 SIGKILLs each instead of 5
