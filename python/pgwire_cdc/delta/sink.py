@@ -261,7 +261,15 @@ class DeltaTables:
     def reshape(self, ref: str, name: str, ops: Sequence[ColumnOp], mark: Mark) -> None:
         """Rewrites the table in one overwrite that records ``mark``: without column
         mapping a Delta table's columns are its files' columns, so a rename or a drop is
-        a rewrite too, as is giving held rows a value."""
+        a rewrite too, as is giving held rows a value. Columns added null alone change
+        the schema in the log, and an empty commit records ``mark``."""
+        if all(op.kind == "add" and not op.touches_rows for op in ops):
+            self.writer.add_columns(ref, [pa.field(op.column, op.type) for op in ops])
+            self._changed(ref)
+            empty = self.schema(ref).empty_table()
+            self.writer.write(ref, empty, "append", mark.commit())
+            self._changed(ref)
+            return
         rows = read_table(self._where(ref) or ref, None, self.storage_options)
         try:
             rows = reshape_rows(rows, ops)
