@@ -140,7 +140,7 @@ test-full: build check-wheel jars
 	PGWIRE_CDC_BOTH_SERVERS=1 $(PYTEST) -m server
 
 # The crash tortures in full, which `make test` runs short: 20 SIGKILLs each instead of 5
-# (10 for the Delta torture on PostgreSQL 15).
+# (10 for the Delta torture on PostgreSQL 15, 2 for the Iceberg one).
 TORTURES := tests/delta/test_crash_torture.py tests/iceberg/test_iceberg_torture.py \
   tests/delta/test_object_store.py::test_crash_torture_on_s3
 torture: build jars
