@@ -138,8 +138,9 @@ def main() -> None:
     lines = [
         "# Schema changes on a Delta table, with the DDL capture",
         "",
-        f"- Measured {dt.date.today()} on this project's 2-core machine; extension built in the"
-        f" `{native_build_profile() or '?'}` profile; load average {load:.1f} at the end.",
+        f"- Measured {dt.date.today()} on this project's 2-core machine; the extension reports"
+        f" the `{native_build_profile() or '?'}` profile (`make build`'s `local` profile reports"
+        f" the `release` it inherits); load average {load:.1f} at the end.",
         f"- `benches/schema_changes.py --rows {args.rows} --writers {args.writers}`: a table of"
         f" {args.rows:,} rows, each migration then one single-row update, one `delta.run`.",
         "",

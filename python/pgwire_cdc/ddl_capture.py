@@ -84,6 +84,7 @@ __all__ = [
     "DDL_PREFIX",
     "DdlCaptureStatus",
     "ddl_capture_status",
+    "describe",
     "install_ddl_capture",
     "remove_ddl_capture",
     "status_on",
@@ -171,13 +172,9 @@ _COVERED = (
     f" '{SCHEMA}'::regnamespace)"
 )
 
-_DESCRIBE_TABLE = f"""
-CREATE OR REPLACE FUNCTION {SCHEMA}.describe_table(rel oid) RETURNS jsonb
-  LANGUAGE sql STABLE
-  SET search_path = pg_catalog, pg_temp
-{_OUTPUT_SETTINGS}
-AS $body$
-SELECT jsonb_build_object(
+#: The description of the table ``rel`` as JSON: the body of ``describe_table`` and, with
+#: ``rel`` a query parameter, what :func:`describe` runs where the capture is not installed.
+_DESCRIBE_SELECT = """SELECT jsonb_build_object(
   'schema', n.nspname,
   'name', c.relname,
   'relfilenode', c.relfilenode::bigint,
@@ -227,7 +224,15 @@ SELECT jsonb_build_object(
   ), '[]'::jsonb)
 )
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.oid = rel
+WHERE c.oid = {rel}"""
+
+_DESCRIBE_TABLE = f"""
+CREATE OR REPLACE FUNCTION {SCHEMA}.describe_table(rel oid) RETURNS jsonb
+  LANGUAGE sql STABLE
+  SET search_path = pg_catalog, pg_temp
+{_OUTPUT_SETTINGS}
+AS $body$
+{_DESCRIBE_SELECT.format(rel="rel")}
 $body$
 """
 
@@ -536,6 +541,15 @@ def _installed_version(conn: Connection) -> int | None:
     if _scalar(conn, f"SELECT to_regprocedure('{SCHEMA}.ddl_capture_version()')") is None:
         return None
     return int(_scalar(conn, f"SELECT {SCHEMA}.ddl_capture_version()"))
+
+
+def describe(conn: Connection, oid: int) -> dict[str, Any] | None:
+    """The table ``oid`` described as the DDL messages describe it (None when there is no
+    such table), read on ``conn`` without anything installed: a ``stream()`` run's
+    session prints the values as its own settings say (:mod:`pgwire_cdc.connection`), as
+    ``describe_table`` does."""
+    row = conn.execute(_DESCRIBE_SELECT.format(rel="%(rel)s"), {"rel": oid}).fetchone()
+    return row[0] if row else None
 
 
 def status_on(conn: Connection) -> DdlCaptureStatus:

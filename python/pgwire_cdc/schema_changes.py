@@ -138,7 +138,10 @@ class SchemaChange:
     #: The columns concerned, by their names after the change (before it for
     #: ``drop_column``); empty for changes of the whole table.
     columns: tuple[str, ...]
-    #: The DDL's place among its transaction's rows: its commit LSN and ``tx_ordinal``.
+    #: The DDL's place among its transaction's rows: its commit LSN and ``tx_ordinal``
+    #: (rows up to this ordinal came before it). A change learnt from the catalog
+    #: (:mod:`pgwire_cdc.schema_watch`) has the ordinal of the row before the first it
+    #: knows to come after it (-1: before the first row of the transaction).
     commit_lsn: int | None = None
     tx_ordinal: int | None = None
     #: ``rename_column``: each renamed column's name before, by its new name;

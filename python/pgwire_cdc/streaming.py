@@ -57,11 +57,13 @@ from . import (
     catalog,
     copies,
     copying,
+    ddl_capture,
     metrics,
     pacing,
     preflight,
     replication,
     schema_changes,
+    schema_watch,
 )
 from .connection import SetupConnection, connect
 from .errors import ConfigError, ConnectionError, SlotError
@@ -420,6 +422,8 @@ class _Stream:
         self.session: replication.LiveSession | None = None
         self.copies: copying.TableCopies | None = None
         self.initial: replication.InitialCopy | None = None
+        #: Schema changes told by the catalog, where the DDL capture is not installed.
+        self.watch: schema_watch.SchemaWatch | None = None
 
     def run(self) -> Iterator[Batch]:
         try:
@@ -427,6 +431,7 @@ class _Stream:
             self.in_recovery = prepared.in_recovery
             self.tables = prepared.tables
             self.setup = SetupConnection(self.dsn, prepared.conn, self._connection_opened)
+            self.watch = _schema_watch(prepared.conn, prepared.tables)
             self.session = session = replication.LiveSession(
                 self.dsn,
                 self.slot,
@@ -635,13 +640,16 @@ class _Stream:
             except ConnectionError as e:
                 session.reconnect(e)
                 continue
-            tables = merge_segments((name, table_of(s)) for name, s in segments)
+            parts = [(name, table_of(s)) for name, s in segments]
+            tables = merge_segments(parts)
             ddl = [
                 change
                 for lsn_, content, prefix, place in notes
                 if prefix == schema_changes.PREFIX
                 for change in schema_changes.changes_of(lsn_, content, place)
             ]
+            if self.watch is not None and parts:
+                setup.run(partial(self._watch, parts=parts, found=ddl))
             copy_notes = [(n[0], n[1]) for n in notes if n[2] == copies.NOTE_PREFIX]
             if copy_notes:
                 setup.run(partial(table_copies.take_notes, notes=copy_notes))
@@ -700,6 +708,20 @@ class _Stream:
         if self.metrics is not None:
             self.metrics.heartbeat()
 
+    def _watch(
+        self,
+        conn: psycopg.Connection[Any],
+        parts: list[tuple[str, pa.Table]],
+        found: list[SchemaChange],
+    ) -> None:
+        """Schema changes the catalog tells of the poll's segments (:mod:`pgwire_cdc.
+        schema_watch`), in ``found``; a rewrite's table is read again."""
+        assert self.watch is not None and self.copies is not None
+        changes = self.watch.check(conn, parts)
+        if changes:
+            self.copies.schema_changed(conn, changes)
+            found += changes
+
     def close(self) -> None:
         if self.session is not None and self.session.on_permanent_slot:
             assert self.copies is not None
@@ -715,6 +737,20 @@ class _Stream:
             self.setup.close()
         if self.metrics is not None:
             self.metrics.close()
+
+
+def _schema_watch(
+    conn: psycopg.Connection[Any], tables: Sequence[catalog.TableInfo]
+) -> schema_watch.SchemaWatch | None:
+    """A watch of the tables' columns against the catalog, unless the DDL capture is
+    installed (its messages tell every DDL where it happened)."""
+    if ddl_capture.status_on(conn).installed:
+        return None
+    watch = schema_watch.SchemaWatch(
+        {t.qualified: (t.oid, [c.name for c in t.columns]) for t in tables}
+    )
+    watch.start(conn)
+    return watch
 
 
 def _published_names(conn: psycopg.Connection[Any], publications: Sequence[str]) -> set[str]:

@@ -77,6 +77,12 @@ def column_ops(changes: Sequence[SchemaChange], held: pa.Schema) -> list[ColumnO
                     names.remove(new)
                 ops.append(ColumnOp("rename", old, new_name=new))
                 names[names.index(old)] = new
+        elif change.kind == "rewrite" and change.after is not None:
+            # The table is read again in the columns it has now: no other can be right.
+            current = {c.name for c in change.after.columns}
+            for column in [n for n in names if n not in current]:
+                ops.append(ColumnOp("drop", column))
+                names.remove(column)
         elif change.kind in ("alter_column_type", "add_column"):
             assert change.after is not None
             texts = {} if rewritten else change.missing

@@ -129,7 +129,7 @@ def interleave(
             commit, ordinal = rest["_commit_lsn"], rest["_tx_ordinal"]
             earlier = pc.or_(
                 pc.less(commit, place[0]),
-                pc.and_(pc.equal(commit, place[0]), pc.less(ordinal, place[1])),
+                pc.and_(pc.equal(commit, place[0]), pc.less_equal(ordinal, place[1])),
             )
             before = int(pc.sum(earlier).as_py() or 0)
             if before == rest.num_rows:
@@ -386,12 +386,14 @@ class LakehouseSink:
             return
         place = first.place
         current = self._position(ref) or TablePosition(None)
-        if place is not None and _covers(current, place):
+        if place is None or _covers(current, place):
             return
         ops = column_ops(changes, plain_schema(self.format.schema(ref)))
         if not ops:
             return
-        mark = Mark(current.lsn, place)
+        # At (commit, -1): before the first row of its transaction, so after every
+        # transaction committed earlier.
+        mark = Mark(current.lsn, place) if place[1] >= 0 else Mark(place[0] - 1)
         self.format.reshape(ref, name, ops, mark)
         stats.commits += 1
         self._committed(ref, mark)
@@ -515,7 +517,7 @@ def _covers(position: TablePosition, place: tuple[int, int]) -> bool:
     """Whether a table at ``position`` holds what happened up to ``place`` (a commit LSN
     and ``tx_ordinal``)."""
     commit, ordinal = place
-    if position.lsn is not None and position.lsn >= commit:
+    if position.lsn is not None and position.lsn >= (commit if ordinal >= 0 else commit - 1):
         return True
     reached = position.ordinal_of(txn_id(commit))
     return reached is not None and reached >= ordinal
