@@ -36,6 +36,10 @@ ON_PG15: dict[str, str] = {
         "the DDL capture's messages as PostgreSQL 15 decodes them: each migration at its "
         "place among the rows, the lake equal to the source after each"
     ),
+    "delta/test_migrations.py::test_migrations_without_the_capture_in_one_stream": (
+        "without the DDL capture, PostgreSQL 15's Relation messages and catalog: each "
+        "migration learnt from the catalog, or the table read again"
+    ),
     "iceberg/test_iceberg.py::test_tables_equal_source": (
         "iceberg.run end to end over protocol 2: the seeded workload's tables equal the source"
     ),
