@@ -12,10 +12,10 @@ Delta torture's (6,000 inserts) and the test kills ``PGWIRE_CDC_TORTURE_KILLS`` 
 default 2 (right after a commit another table's commit of the same batch follows, and
 after a batch's last commit before its ack: the points where Iceberg's own position
 records matter; the state machine's every kill point is the Delta torture's, which
-``make test`` runs in full), 20 as ``make torture`` does takes about 15-20 minutes. Timed kills come from the worker itself, a
-random time after its Spark session is up. PostgreSQL 18 only: the sink's behaviour does
-not depend on the server, test_iceberg.py covers both servers, and one torture is slow
-enough.
+``make test`` runs in full), 20 as ``make torture`` does takes about 15-20 minutes.
+Timed kills come from the worker itself, a random time after its Spark session is up.
+PostgreSQL 18 only: the sink's behaviour does not depend on the server, test_iceberg.py
+covers both servers, and one torture is slow enough.
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@ from collections.abc import Callable
 
 import pyarrow as pa
 import pytest
-from pgwire_cdc.lakehouse.reshape import ColumnOp, column_ops, reshape_rows
+from pgwire_cdc.lakehouse.reshape import DROPPED_PROPERTY, ColumnOp, column_ops, reshape_rows
 from pgwire_cdc.lakehouse.sink import interleave
+from pgwire_cdc.lsn import int_to_lsn
 from pgwire_cdc.schema_changes import changes_of
 from pgwire_cdc.streaming import Batch
 from support.lakes import BAG, KEYED, Crash, Lake, assert_equal, source
@@ -236,3 +237,16 @@ def test_a_batch_of_schema_changes_alone_is_applied(lake: Lake) -> None:
     assert {r["c"] for r in lake.rows(KEYED)} == {7}
     replay = Batch(tables={}, lsn=batch.lsn, schema_changes=batch.schema_changes)
     assert lake.sink().apply(replay).commits == 0
+
+
+def test_a_dropped_table_is_kept_and_marked(lake: Lake) -> None:
+    src = captured()
+    seeded(src, lake)
+    held = lake.rows(KEYED)
+    with src.transaction() as tx:
+        tx.drop_table(KEYED)
+    batch = src.batch()
+    assert [c.kind for c in batch.schema_changes] == ["drop_table"]
+    lake.sink().apply(batch)
+    assert lake.rows(KEYED) == held
+    assert lake.property(KEYED, DROPPED_PROPERTY) == int_to_lsn(batch.schema_changes[0].lsn)

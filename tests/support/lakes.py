@@ -86,6 +86,16 @@ class Lake:
         rows: list[dict[str, Any]] = self.format.read(ref, columns).to_pylist()
         return rows
 
+    def property(self, name: str, key: str) -> str | None:
+        """A table property (``pgwire_cdc.dropped_at_lsn``, ...)."""
+        ref = self.format.ref(name)
+        if isinstance(self.format, MemoryTables):
+            return self.format.tables[ref].properties.get(key)
+        from deltalake import DeltaTable
+
+        value = DeltaTable(ref).metadata().configuration.get(key)
+        return None if value is None else str(value)
+
     def columns(self, name: str) -> list[str]:
         return list(self.format.schema(self.format.ref(name)).names)
 

@@ -212,8 +212,16 @@ class Transaction:
             for row in table.rows:
                 row[column] = using(row[column])
 
+    def drop_table(self, name: str) -> None:
+        """``DROP TABLE``: the source forgets the table; the message its trigger writes."""
+        table = self.source.tables.pop(name)
+        with self._ddl(table, event="sql_drop"):
+            pass
+
     @contextmanager
-    def _ddl(self, table: Table, *, rewritten: bool = False) -> Iterator[None]:
+    def _ddl(
+        self, table: Table, *, rewritten: bool = False, event: str = "ddl_command_end"
+    ) -> Iterator[None]:
         """A DDL on ``table``: with the source's DDL capture on, the message its event
         trigger writes (table before and after) at this place in the transaction."""
         before = table.describe()
@@ -221,14 +229,15 @@ class Transaction:
         table.announced = False
         if not self.source.ddl_capture:
             return
+        dropped = event == "sql_drop"
         doc = {
             "version": 1,
-            "event": "ddl_command_end",
-            "command_tag": "ALTER TABLE",
-            "command": "ALTER TABLE ...",
+            "event": event,
+            "command_tag": "DROP TABLE" if dropped else "ALTER TABLE",
+            "command": "...",
             "oid": table.oid,
             "before": before,
-            "after": table.describe(),
+            "after": None if dropped else table.describe(),
             "rewritten": rewritten,
             "rewrite_reason": 4 if rewritten else None,
         }

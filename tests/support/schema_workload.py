@@ -70,7 +70,6 @@ def short(row: tuple[Any, ...]) -> str:
     return repr(tuple(v[:20] + "..." if isinstance(v, str) and len(v) > 20 else v for v in row))
 
 
-
 EVOLVING = (
     Step(
         (

@@ -22,11 +22,12 @@ from ..errors import ConfigError, DeltaError
 from ..lakehouse.format import TablePosition
 from ..lakehouse.moved import fill_moved
 from ..lakehouse.positions import APP_ID, PROGRESS_APP_ID, Commit, Mark
-from ..lakehouse.reshape import ColumnOp, reshape_rows
+from ..lakehouse.reshape import DROPPED_PROPERTY, ColumnOp, reshape_rows
 from ..lakehouse.shape import plain_schema
 from ..lakehouse.sink import LakehouseSink
 from ..lakehouse.sql import default_table_name, key_filter, source_columns
 from ..lakehouse.stats import ApplyStats
+from ..lsn import int_to_lsn
 from .catalog import CatalogNames, is_table_name
 from .table import base_path, open_table, position, read_table, table_path
 from .writers import SparkWriter, Writer, writer_for
@@ -279,6 +280,16 @@ class DeltaTables:
                 f"holds ({e}); copy the table again (pgwire-cdc resnapshot)"
             ) from e
         self.writer.write(ref, rows, "overwrite", mark.commit())
+        self._changed(ref)
+
+    def mark_dropped(self, ref: str, lsn: int) -> None:
+        from deltalake import DeltaTable
+
+        where = self._where(ref) or ref
+        table = DeltaTable(where, storage_options=self.storage_options)
+        table.alter.set_table_properties(
+            {DROPPED_PROPERTY: int_to_lsn(lsn)}, raise_if_not_exists=False
+        )
         self._changed(ref)
 
     def copier(

@@ -21,7 +21,7 @@ from ..errors import ConfigError, IcebergError
 from ..lakehouse.format import TablePosition
 from ..lakehouse.moved import fill_moved
 from ..lakehouse.positions import Mark
-from ..lakehouse.reshape import ColumnOp, reshape_rows
+from ..lakehouse.reshape import DROPPED_PROPERTY, ColumnOp, reshape_rows
 from ..lakehouse.shape import plain_schema
 from ..lakehouse.sink import LakehouseSink
 from ..lakehouse.sql import (
@@ -31,6 +31,7 @@ from ..lakehouse.sql import (
     source_columns,
     unchanged_names,
 )
+from ..lsn import int_to_lsn
 from ..spark.types import spark_schema
 from .merge import applied, key_bounds, merge_statement, row_kinds
 from .table import SNAPSHOT_PROPERTY, Position, exists, position, refresh, table_ref
@@ -340,6 +341,11 @@ class IcebergTables:
             self.spark.sql(f"ALTER TABLE {ref} DROP COLUMN {quote_name(op.column)}")
             self.spark.sql(f"ALTER TABLE {ref} ADD COLUMNS ({quote_name(op.column)} {to})")
         self._overwrite(ref, self._frame(rows.select(self.spark.table(ref).columns)), mark)
+
+    def mark_dropped(self, ref: str, lsn: int) -> None:
+        self.spark.sql(
+            f"ALTER TABLE {ref} SET TBLPROPERTIES ('{DROPPED_PROPERTY}' = '{int_to_lsn(lsn)}')"
+        )
 
     @staticmethod
     def _spark_type(op: ColumnOp) -> str:

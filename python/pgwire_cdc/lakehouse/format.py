@@ -154,6 +154,12 @@ class TableFormat(Protocol):
         already is left out when the DDL is applied again."""
         ...
 
+    def mark_dropped(self, ref: str, lsn: int) -> None:
+        """Records in the table ``ref``'s properties (:data:`~pgwire_cdc.lakehouse.sink.
+        DROPPED_PROPERTY`) that its source table was dropped at ``lsn`` (text form): the
+        table is kept, its rows as they were."""
+        ...
+
     def record_progress(self, ref: str, batch_lsn: int, progress: Any) -> None:
         """A commit without rows recording an incremental copy's ``progress`` (the
         table's position stays where it is; :attr:`TablePosition.progress_lsn` reads

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from ..errors import Error
+from ..lsn import int_to_lsn
 from .format import TablePosition
 from .moved import fill_moved
 from .positions import NO_PROGRESS, Mark
-from .reshape import ColumnOp, reshape_rows
+from .reshape import DROPPED_PROPERTY, ColumnOp, reshape_rows
 from .sql import source_columns
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ class MemoryTable:
     partial: tuple[int, int] | None = None
     progress: Any = NO_PROGRESS
     progress_lsn: int | None = None
+    properties: dict[str, str] = field(default_factory=dict)
 
     def table(self) -> pa.Table:
         return pa.Table.from_pylist(self.rows, schema=self.schema)
@@ -52,7 +54,8 @@ class LoggedCommit:
     """One commit of :attr:`MemoryTables.log`."""
 
     ref: str
-    #: "create", "overwrite", "append", "merge", "evolve", "reshape", "progress".
+    #: "create", "overwrite", "append", "merge", "evolve", "reshape", "properties",
+    #: "progress".
     kind: str
     mark: Mark | None = None
     rows: int = 0
@@ -229,6 +232,10 @@ class MemoryTables:
         table = self.tables[ref]
         table.schema, table.rows = rows.schema, rows.to_pylist()
         self._record(table, mark)
+
+    def mark_dropped(self, ref: str, lsn: int) -> None:
+        self._commit(LoggedCommit(ref, "properties"))
+        self.tables[ref].properties[DROPPED_PROPERTY] = int_to_lsn(lsn)
 
     def record_progress(self, ref: str, batch_lsn: int, progress: Any) -> None:
         self._commit(LoggedCommit(ref, "progress"))

@@ -32,6 +32,10 @@ import pyarrow as pa
 from ..schema_changes import SchemaChange, typed_row
 from .shape import lake_shape
 
+#: The table property that says a table's source table was dropped, and at which LSN
+#: (``DROP TABLE``: the table is kept as it was, never dropped with it).
+DROPPED_PROPERTY = "pgwire_cdc.dropped_at_lsn"
+
 
 @dataclass(frozen=True)
 class ColumnOp:

@@ -50,7 +50,7 @@ from ..tables import (
 )
 from .format import TableFormat, TablePosition
 from .positions import NO_PROGRESS, Mark, marks, txn_id, unapplied
-from .reshape import column_ops
+from .reshape import DROPPED_PROPERTY, column_ops
 from .shape import data_columns, lake_shape, plain_schema
 from .stats import ApplyStats
 
@@ -366,12 +366,16 @@ class LakehouseSink:
         kinds = {c.kind for c in changes}
         first = changes[0]
         if "drop_table" in kinds:
+            if self.format.exists(ref):
+                self.format.mark_dropped(ref, first.lsn)
+                self._on_step("committed")
             log.warning(
-                "%s was dropped at the source (%s at LSN %s): its %s is kept as it was",
+                "%s was dropped at the source (%s at LSN %s): its %s is kept as it was, marked %s",
                 name,
                 first.command_tag,
                 first.lsn,
                 self.format.kind,
+                DROPPED_PROPERTY,
             )
             return
         if "rename_table" in kinds:
