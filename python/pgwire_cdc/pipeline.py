@@ -122,7 +122,10 @@ def run(
         found = sink.held_tables(published, slot_exists)
         held = dict(found) if found is not None else None
     reader = options.snapshot_reader or sink.snapshot_reader(dsn, options)
-    options = dataclasses.replace(options, held_tables=held, snapshot_reader=reader)
+    # Without the DDL capture, the sink still learns a DDL from the catalog when it can.
+    options = dataclasses.replace(
+        options, held_tables=held, snapshot_reader=reader, schema_watch=True
+    )
     recorder = metrics.active()
     apply_seconds = recorder.apply_seconds.labels(options.slot) if recorder is not None else None
     batches = 0

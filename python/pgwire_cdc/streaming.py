@@ -220,6 +220,9 @@ class StreamOptions:
     #: Make the slot a failover slot (PostgreSQL 17+), synchronized to standbys that
     #: have ``sync_replication_slots`` on, so streaming goes on after a promotion.
     failover: bool = False
+    #: Without the DDL capture, check a change table whose columns changed against the
+    #: catalog (:mod:`pgwire_cdc.schema_watch`); the lakehouse sinks turn it on.
+    schema_watch: bool = False
 
     def __post_init__(self) -> None:
         if self.max_batch_rows < 1 or self.max_batch_bytes < 1 or self.max_batch_ms < 0:
@@ -431,7 +434,8 @@ class _Stream:
             self.in_recovery = prepared.in_recovery
             self.tables = prepared.tables
             self.setup = SetupConnection(self.dsn, prepared.conn, self._connection_opened)
-            self.watch = _schema_watch(prepared.conn, prepared.tables)
+            if self.o.schema_watch:
+                self.watch = _schema_watch(prepared.conn, prepared.tables)
             self.session = session = replication.LiveSession(
                 self.dsn,
                 self.slot,
@@ -842,6 +846,7 @@ def stream(
     snapshot_reader: Callable[[str, int, list[str]], None] | None = None,
     heartbeat_interval: float | None = None,
     failover: bool = False,
+    schema_watch: bool = False,
     options: StreamOptions | None = None,
 ) -> Iterator[Batch]:
     """Streams a publication's changes (after an initial snapshot for a new slot) as
@@ -914,6 +919,11 @@ def stream(
     ``target_session_attrs=read-write``) and goes on from its copy of the slot; a slot
     missing there is a :class:`SlotError` (docs/server-setup.md, "Failover slots").
     ``heartbeat_interval``: see docs/operations.md, "Idle databases".
+
+    ``schema_watch=True``: where the DDL capture is not installed, a change table whose
+    columns changed is checked against the catalog, and the DDL it tells comes in
+    ``Batch.schema_changes``, or the table is read again when the catalog has moved on
+    (docs/streaming.md, "Schema changes"); the lakehouse sinks' runs turn it on.
     """
     given: dict[str, Any] = {
         "publication": publication,
@@ -941,6 +951,7 @@ def stream(
         "snapshot_reader": snapshot_reader,
         "heartbeat_interval": heartbeat_interval,
         "failover": failover,
+        "schema_watch": schema_watch,
     }
     if options is None:
         options = StreamOptions(**given)

@@ -61,7 +61,7 @@ def test_migrations_without_the_capture_in_one_stream(db: Database, tmp_path: Pa
     first.run(db.conn)
     sink = delta.DeltaSink(tmp_path)
     batches = pgwire_cdc.stream(
-        db.dsn, publication="pub", slot="s1", idle_timeout=60, max_batch_rows=7
+        db.dsn, publication="pub", slot="s1", idle_timeout=60, max_batch_rows=7, schema_watch=True
     )
     copying: set[str] = set()
 
