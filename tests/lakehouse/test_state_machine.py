@@ -416,3 +416,18 @@ def test_unchanged_values_survive_a_table_rewritten_for_a_type_change(lake: Lake
         2: ("n2", "bigbigbig", 50),
         30: ("n3", "bigbigbig", 3),
     }
+
+
+def test_an_empty_change_table_still_carries_the_copy_progress(lake: Lake) -> None:
+    """A copy's last chunk may be an empty change table: the progress it brings (the copy
+    complete) is recorded all the same."""
+    src = source()
+    with src.transaction() as tx:
+        tx.insert(KEYED, {"id": 1, "name": "a", "note": "t", "n": 1})
+    batch = src.batch()
+    batch.snapshot_progress = {KEYED: [1]}
+    lake.sink().apply(batch)
+    empty = batch.tables[KEYED].slice(0, 0)
+    done = Batch(tables={KEYED: empty}, lsn=src.lsn + 100, snapshot_progress={KEYED: None})
+    lake.sink().apply(done)
+    assert lake.sink().held_tables([KEYED]) == {KEYED: None}

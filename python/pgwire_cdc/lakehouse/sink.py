@@ -120,6 +120,9 @@ def interleave(
     pending = list(steps)
     items: list[pa.Table | list[SchemaChange]] = []
     for part in parts:
+        if part.num_rows == 0:
+            items.append(part)  # rows none, progress perhaps: it goes to the sink as it is
+            continue
         rest = part
         while pending and rest.num_rows:
             place = pending[0][0].place
