@@ -127,13 +127,14 @@ check-wheels: check-wheel
 # Every pytest suite, in two tiers: the offline suites first (no PostgreSQL, no Spark: a
 # broken build fails within minutes), then those against PostgreSQL 15 and 18 and Spark.
 # The server tier runs as two pytest processes at once, each with servers of its own: the
-# suites that need PostgreSQL alone (PG_SUITES: they spend most of their time waiting on
-# the server) beside those that start Spark (the rest: their JVMs keep the two cores busy);
+# suites that need PostgreSQL alone (PG_SUITES, with the delta-rs crash torture: they
+# spend most of their time waiting on the server) beside those that start Spark (the rest: their JVMs keep the two cores busy);
 # the first one's report is printed when both are done. Each run ends with its slowest
 # tests (--durations, kept in the CI log); every test has a time limit (pytest-timeout:
 # pyproject.toml's default, longer where a test says so).
 PYTEST := PGWIRE_CDC_WHEELS=$(CURDIR)/$(CHECK_WHEELS) $(VENV)/bin/pytest -q --durations=40
-PG_SUITES := tests/decoder tests/admin tests/client tests/live tests/lakehouse
+PG_SUITES := tests/decoder tests/admin tests/client tests/live tests/lakehouse \
+  tests/delta/test_crash_torture.py
 PG_LOG := target/pytest-postgresql.log
 pytest: build check-wheel jars
 	$(PYTEST) -m "not server"
