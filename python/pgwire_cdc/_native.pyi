@@ -166,6 +166,10 @@ def reduce_changes(
     """The MERGE source of the change table ``changes``: its ``columns``, then ``_delete``,
     ``_unchanged`` and ``_from``, one row per value of ``key_columns``."""
 
+def row_digests(table: object, columns: list[str]) -> ArrowStream:
+    """A one-column table (``_digest``, uint64): a 64-bit digest of each row's ``columns``
+    of ``table`` (an Arrow stream), in row order; equal rows give equal digests."""
+
 _ColumnSpec = tuple[str, int, int, int, int, bool]
 _TaskSpec = tuple[int, str, str, str, list[_ColumnSpec], str]
 

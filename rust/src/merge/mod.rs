@@ -32,9 +32,11 @@
 //! twice.
 
 mod apply;
+mod digest;
 mod reduce;
 
 pub use apply::{apply_changes, ApplyError, ApplyStats, KeyMode};
+pub use digest::row_digests;
 pub use reduce::{reduce_changes, Reduced};
 
 #[cfg(test)]

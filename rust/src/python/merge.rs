@@ -1,4 +1,5 @@
-//! `_native.reduce_changes` and `_native.apply_changes` (see `crate::merge`) for Python.
+//! `_native.reduce_changes`, `_native.apply_changes` and `_native.row_digests` (see
+//! `crate::merge`) for Python.
 //!
 //! Arrow comes in through the Arrow PyCapsule interface (`__arrow_c_stream__`, which
 //! `pyarrow.Table` implements), so no value is copied on the way in, and goes out the same
@@ -6,14 +7,17 @@
 
 use std::sync::Arc;
 
-use arrow_schema::{Schema, SchemaRef};
+use arrow_array::RecordBatch;
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::arrow::{import_batches, PyArrowStream};
 use super::errors::pgwire_error;
-use crate::merge::{apply_changes as apply, reduce_changes as reduce, ApplyError, KeyMode};
+use crate::merge::{
+    apply_changes as apply, reduce_changes as reduce, row_digests as digest, ApplyError, KeyMode,
+};
 
 /// `apply_changes(base, changes, key_columns) -> (ArrowStream, stats)`: the table
 /// `base` after applying the change table `changes`. `key_columns` names the columns rows
@@ -97,4 +101,36 @@ pub fn reduce_changes<'py>(
     out.set_item("missing_rows", reduced.stats.missing_rows)?;
     let schema = reduced.batch.schema();
     Ok((PyArrowStream::new(schema, vec![reduced.batch]), out))
+}
+
+/// `row_digests(table, columns) -> ArrowStream`: a one-column table (`_digest`, uint64)
+/// holding a 64-bit digest of each row's `columns` (see `crate::merge::row_digests`), in
+/// row order.
+#[pyfunction]
+#[pyo3(signature = (table, columns))]
+pub fn row_digests(
+    py: Python<'_>,
+    table: &Bound<'_, PyAny>,
+    columns: Vec<String>,
+) -> PyResult<PyArrowStream> {
+    let (schema, batches) = import_batches(table)?;
+    let indexes = columns
+        .iter()
+        .map(|n| {
+            schema
+                .index_of(n)
+                .map_err(|_| PyValueError::new_err(format!("column {n:?} is not in the table")))
+        })
+        .collect::<PyResult<Vec<usize>>>()?;
+    let digests = py
+        .detach(|| digest(&schema, &batches, &indexes))
+        .map_err(|e: ApplyError| pgwire_error(py, "Error", &e.to_string()))?;
+    let out_schema: SchemaRef = Arc::new(Schema::new(vec![Field::new(
+        "_digest",
+        DataType::UInt64,
+        false,
+    )]));
+    let batch = RecordBatch::try_new(out_schema.clone(), vec![Arc::new(digests)])
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(PyArrowStream::new(out_schema, vec![batch]))
 }
