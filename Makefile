@@ -8,13 +8,14 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.deps-stamp
 
-.PHONY: help venv jars build bench-build wheel check-wheel check-wheels test lint rust-test pytest test-full torture demo bench bench-capture bench-rust bench-py bench-live bench-spark fuzz captures clean
+.PHONY: help venv jars build bench-build wheel check-wheel check-wheels test lint rust-test pytest test-full torture chaos demo bench bench-capture bench-rust bench-py bench-live bench-spark fuzz captures clean
 
 help:
 	@echo "make demo      a live workload on a throwaway PostgreSQL 18 kept as Delta tables (delta-rs), then read with Spark and compared with the source"
 	@echo "make test      lint, Rust tests, build the extension and wheel, pytest against PostgreSQL 15 and 18 and Spark"
 	@echo "make test-full the server suites on both PostgreSQL servers throughout"
 	@echo "make torture   the crash tortures in full (20 SIGKILLs each; make test runs them short)"
+	@echo "make chaos     pgbench under SIGKILLs for MINUTES (default 10) from SEED, checked against the source"
 	@echo "make wheel     the abi3 manylinux2014 wheels (x86_64, aarch64), in target/wheels"
 	@echo "make bench     every comparison (release build): benches/results/latest.md + ratios.png"
 	@echo "make fuzz      run every proptest fuzz target for FUZZ_SECONDS (default 600) each"
@@ -156,6 +157,14 @@ TORTURES := tests/delta/test_crash_torture.py tests/iceberg/test_iceberg_torture
   tests/delta/test_object_store.py::test_crash_torture_on_s3
 torture: build jars
 	PGWIRE_CDC_TORTURE_KILLS=20 $(VENV)/bin/pytest -q --durations=10 $(TORTURES)
+
+# The chaos runs (tests/chaos): seeded workloads and faults for MINUTES minutes (default
+# 10) from SEED (default 1), checked against the source; `make test` only collects them.
+SEED    ?= 1
+MINUTES ?= 10
+chaos: build
+	PGWIRE_CDC_CHAOS_SEED=$(SEED) PGWIRE_CDC_CHAOS_MINUTES=$(MINUTES) \
+	  $(VENV)/bin/pytest -q -s --durations=10 tests/chaos
 
 test: lint rust-test pytest
 

@@ -1,0 +1,1 @@
+"""Chaos runs: seeded workloads and faults, long, outside `make test` (`make chaos`)."""
