@@ -84,14 +84,14 @@ reading, the stored types, positions read from the log), :mod:`~pgwire_cdc.delta
 :mod:`~pgwire_cdc.delta.writers` (the :class:`Writer` protocol and both writers),
 :mod:`~pgwire_cdc.delta.sink` (:class:`DeltaTables`, Delta as a table format, and
 :class:`DeltaSink`) and :mod:`~pgwire_cdc.delta.api` (:func:`run`, :func:`apply`,
-:func:`merge_changes`); this package re-exports their public names.
+:func:`merge_changes`, :func:`verify`); this package re-exports their public names.
 """
 
 from __future__ import annotations
 
 from ..lakehouse.positions import APP_ID
 from ..lakehouse.stats import ApplyStats
-from .api import apply, merge_changes, run
+from .api import apply, merge_changes, run, verify
 from .maintain import compact, enable_deletion_vectors
 from .sink import DeltaSink, DeltaTables
 from .stores import s3a_conf, spark_path
@@ -118,4 +118,5 @@ __all__ = [
     "s3a_conf",
     "spark_path",
     "table_path",
+    "verify",
 ]

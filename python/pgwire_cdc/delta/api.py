@@ -1,6 +1,6 @@
 """The public ways into the Delta sink: :func:`run` (a stream kept in Delta tables),
-:func:`apply` (one batch) and :func:`merge_changes` (a DataFrame of changes, for Spark's
-``foreachBatch``)."""
+:func:`apply` (one batch), :func:`merge_changes` (a DataFrame of changes, for Spark's
+``foreachBatch``) and :func:`verify` (the tables compared with their source)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import pyarrow as pa
 from ..errors import ConfigError
 from ..lakehouse.changes import batch_lsn, change_rows, run_counted
 from ..lakehouse.stats import ApplyStats
+from ..lakehouse.verify import VerifyReport
+from ..lakehouse.verify import verify as verify_lake
 from ..streaming import DEFAULT_PUBLICATION, DEFAULT_SLOT, StreamOptions
 from .catalog import table_ref
 from .sink import DELTA_RS_IN_CATALOG, DeltaSink
@@ -169,3 +171,70 @@ def run(
         **stream_options,
     )
     return run_counted(dsn, options, sink, on_batch, "delta")
+
+
+def verify(
+    dsn: str,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    publication: str = DEFAULT_PUBLICATION,
+    slot: str = DEFAULT_SLOT,
+    tables: Sequence[str] | None = None,
+    repair: bool = False,
+    wait: float = 300.0,
+    catch_up: bool = False,
+    on_progress: Callable[[str], None] | None = None,
+    catalog: str | None = None,
+    schema: str | None = None,
+    table_name: Callable[[str], str] | None = None,
+    writer: str = "delta-rs",
+    spark: SparkSession | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    **stream_options: Any,
+) -> VerifyReport:
+    """Compares the Delta tables :func:`run` keeps for ``publication`` and ``slot`` with
+    their source tables, each at the source LSN its table stands at, while the pipeline
+    runs (see :mod:`pgwire_cdc.lakehouse.verify`): rows missing, extra and different, by
+    key. ``repair=True`` fixes what differs, one commit per table that keeps the table's
+    position. ``catch_up=True``: when no consumer streams ``slot``, run the pipeline first
+    up to the source's snapshot (with ``stream_options``); otherwise verify waits up to
+    ``wait`` seconds for the running pipeline. The other arguments name the tables as
+    :func:`run` does."""
+    _need_target(path, schema)
+    sink = DeltaSink(
+        path,
+        writer,
+        spark,
+        storage_options=storage_options,
+        catalog=catalog,
+        schema=schema,
+        table_name=table_name,
+    )
+
+    def run_until(lsn: int) -> None:
+        run(
+            dsn,
+            path,
+            catalog=catalog,
+            schema=schema,
+            table_name=table_name,
+            publication=publication,
+            slot=slot,
+            writer=writer,
+            spark=spark,
+            storage_options=storage_options,
+            until_lsn=lsn,
+            **stream_options,
+        )
+
+    return verify_lake(
+        dsn,
+        sink.format,
+        publication=publication,
+        slot=slot,
+        tables=tables,
+        repair=repair,
+        wait=wait,
+        catch_up=run_until if catch_up else None,
+        on_progress=on_progress,
+    )

@@ -29,7 +29,7 @@ from ..lakehouse.sql import default_table_name, key_filter, source_columns
 from ..lakehouse.stats import ApplyStats
 from ..lsn import int_to_lsn
 from .catalog import CatalogNames, is_table_name
-from .table import base_path, open_table, position, read_table, table_path
+from .table import base_path, open_table, position, read_table, read_version, table_path
 from .writers import SparkWriter, Writer, writer_for
 
 if TYPE_CHECKING:
@@ -151,6 +151,18 @@ class DeltaTables:
             table.transaction_version,
             table.transaction_version(PROGRESS_APP_ID),
         )
+
+    def pinned(self, ref: str) -> tuple[TablePosition | None, pa.Table | None]:
+        where = self._where(ref)
+        table = None if where is None else open_table(where, self.storage_options)
+        if table is None:
+            return None, None
+        position = TablePosition(
+            table.transaction_version(APP_ID),
+            table.transaction_version,
+            table.transaction_version(PROGRESS_APP_ID),
+        )
+        return position, read_version(table)
 
     def progress(self, ref: str) -> Any:
         where = self._where(ref)

@@ -61,11 +61,16 @@ def read_table(
 ) -> pa.Table:
     """The rows of the Delta table at ``path`` (``where``: an SQL filter;
     ``storage_options``: delta-rs's, for a table on an object store)."""
-    from deltalake import QueryBuilder
-
     table = open_table(path, storage_options)
     if table is None:
         raise DeltaError(f"no Delta table at {path}")
+    return read_version(table, where)
+
+
+def read_version(table: Any, where: str | None = None) -> pa.Table:
+    """The rows of the version of a Delta table a ``deltalake.DeltaTable`` stands at."""
+    from deltalake import QueryBuilder
+
     query = "SELECT * FROM t" + (f" WHERE {where}" if where else "")
     rows = table_of(QueryBuilder().register("t", table).execute(query))
     # DataFusion reads strings as views; the sink works in the plain types.

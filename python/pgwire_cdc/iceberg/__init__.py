@@ -64,7 +64,7 @@ re-exports their public names.
 from __future__ import annotations
 
 from ..lakehouse.stats import ApplyStats
-from .api import apply, maintain, merge_changes, run, table_sql_name
+from .api import apply, maintain, merge_changes, run, table_sql_name, verify
 from .catalog import catalog_conf, local_catalog, local_catalog_conf, local_catalog_properties
 from .sink import DEFAULT_PROPERTIES, IcebergSink, IcebergTables
 from .table import LSN_KEY, PARTIAL_KEY, PROGRESS_KEY, Position, position, read_table, table_ref
@@ -90,4 +90,5 @@ __all__ = [
     "run",
     "table_ref",
     "table_sql_name",
+    "verify",
 ]

@@ -1,7 +1,7 @@
 """The public ways into the Iceberg sink: :func:`run` (a stream kept in Iceberg tables),
 :func:`apply` (one batch), :func:`merge_changes` (a DataFrame of changes, for Spark's
-``foreachBatch``) and :func:`maintain` (compaction and snapshot expiry that keep the
-position)."""
+``foreachBatch``), :func:`maintain` (compaction and snapshot expiry that keep the
+position) and :func:`verify` (the tables compared with their source)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from ..errors import ConfigError
 from ..lakehouse.changes import batch_lsn, change_rows, run_counted
 from ..lakehouse.sql import quote_name, split_name, sql_string
 from ..lakehouse.stats import ApplyStats
+from ..lakehouse.verify import VerifyReport
+from ..lakehouse.verify import verify as verify_lake
 from ..streaming import DEFAULT_PUBLICATION, DEFAULT_SLOT, StreamOptions
 from .sink import IcebergSink
 from .table import LSN_KEY, PARTIAL_KEY
@@ -158,3 +160,53 @@ def maintain(
             f"table => {name}, older_than => TIMESTAMP {stamp}, retain_last => {retain_last}",
         )
     return results
+
+
+def verify(
+    dsn: str,
+    catalog: str,
+    namespace: str,
+    *,
+    publication: str = DEFAULT_PUBLICATION,
+    slot: str = DEFAULT_SLOT,
+    spark: SparkSession | None = None,
+    tables: Sequence[str] | None = None,
+    repair: bool = False,
+    wait: float = 300.0,
+    catch_up: bool = False,
+    on_progress: Callable[[str], None] | None = None,
+    table_name: Callable[[str], str] | None = None,
+    **stream_options: Any,
+) -> VerifyReport:
+    """Compares the Iceberg tables :func:`run` keeps in ``catalog.namespace`` for
+    ``publication`` and ``slot`` with their source tables, each at the source LSN its
+    table's current snapshot stands at, while the pipeline runs (see
+    :mod:`pgwire_cdc.lakehouse.verify`); ``repair=True`` fixes what differs in one
+    commit per table that keeps its position. ``catch_up=True``: when no consumer streams
+    ``slot``, run the pipeline first up to the source's snapshot."""
+    sink = IcebergSink(spark, catalog, namespace, table_name=table_name)
+
+    def run_until(lsn: int) -> None:
+        run(
+            dsn,
+            catalog,
+            namespace,
+            publication=publication,
+            slot=slot,
+            spark=spark,
+            table_name=table_name,
+            until_lsn=lsn,
+            **stream_options,
+        )
+
+    return verify_lake(
+        dsn,
+        sink.format,
+        publication=publication,
+        slot=slot,
+        tables=tables,
+        repair=repair,
+        wait=wait,
+        catch_up=run_until if catch_up else None,
+        on_progress=on_progress,
+    )

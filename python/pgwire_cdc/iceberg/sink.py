@@ -34,7 +34,15 @@ from ..lakehouse.sql import (
 from ..lsn import int_to_lsn
 from ..spark.types import spark_schema
 from .merge import applied, key_bounds, merge_statement, row_kinds
-from .table import SNAPSHOT_PROPERTY, Position, exists, position, refresh, table_ref
+from .table import (
+    SNAPSHOT_PROPERTY,
+    Position,
+    exists,
+    pinned_position,
+    position,
+    refresh,
+    table_ref,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -115,6 +123,17 @@ class IcebergTables:
         if found is None:
             return None
         return TablePosition(found.lsn, found.ordinal_of)
+
+    def pinned(self, ref: str) -> tuple[TablePosition | None, pa.Table | None]:
+        found = pinned_position(self.spark, ref)
+        if found is None:
+            return None, None
+        recorded, snapshot = found
+        frame = self.spark.table(ref)
+        if snapshot is not None:
+            frame = self.spark.read.option("snapshot-id", str(snapshot)).table(ref)
+        rows: pa.Table = frame.toArrow()
+        return TablePosition(recorded.lsn, recorded.ordinal_of), rows
 
     def progress(self, ref: str) -> Any:
         found = self._recorded(ref)

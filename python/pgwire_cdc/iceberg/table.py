@@ -150,25 +150,33 @@ def _sql_name(parts: list[str]) -> str:
 def position(spark: SparkSession, ref: str) -> Position | None:
     """The stream position recorded in the Iceberg table ``ref`` (a Spark SQL name),
     Position(None) when no snapshot of it records one, None without table."""
+    found = pinned_position(spark, ref)
+    return None if found is None else found[0]
+
+
+def pinned_position(spark: SparkSession, ref: str) -> tuple[Position, int | None] | None:
+    """The position the Iceberg table ``ref``'s current snapshot records, and that
+    snapshot's id (None: the table has no snapshot yet); None without table."""
     if not exists(spark, ref):
         return None
     heads = spark.sql(f"SELECT snapshot_id FROM {ref}.refs WHERE name = 'main'").collect()
     if not heads:
-        return Position(None)
+        return Position(None), None
+    head = heads[0]["snapshot_id"]
     keys = ", ".join(f"'{k}'" for k in SUMMARY_KEYS)
     snapshots = spark.sql(
         f"SELECT snapshot_id, parent_id, map_filter(summary, (k, v) -> k IN ({keys})) AS s "
         f"FROM {ref}.snapshots"
     ).collect()
     by_id = {r["snapshot_id"]: r for r in snapshots}
-    current = heads[0]["snapshot_id"]
+    current = head
     while current in by_id:
         row = by_id[current]
         summary = dict(row["s"] or {})
         if LSN_KEY in summary or PARTIAL_KEY in summary:
-            return Position.from_summary(summary)
+            return Position.from_summary(summary), head
         current = row["parent_id"]
-    return Position(None)
+    return Position(None), head
 
 
 def read_table(catalog: Any, identifier: str, row_filter: str | None = None) -> pa.Table:

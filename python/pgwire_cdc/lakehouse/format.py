@@ -93,6 +93,11 @@ class TableFormat(Protocol):
         table."""
         ...
 
+    def pinned(self, ref: str) -> tuple[TablePosition | None, pa.Table | None]:
+        """The table's position and all its rows, read from one version of the table
+        (commits made meanwhile change neither); (None, None) without a table."""
+        ...
+
     def progress(self, ref: str) -> Any:
         """The incremental-copy progress the table's newest commit recording one
         records, or :data:`~pgwire_cdc.lakehouse.positions.NO_PROGRESS`."""

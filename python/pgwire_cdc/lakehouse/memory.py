@@ -112,6 +112,11 @@ class MemoryTables:
             table.lsn, Mark(table.lsn, table.partial).ordinal_of, table.progress_lsn
         )
 
+    def pinned(self, ref: str) -> tuple[TablePosition | None, pa.Table | None]:
+        if ref not in self.tables:
+            return None, None
+        return self.position(ref), self.tables[ref].table()
+
     def progress(self, ref: str) -> Any:
         return self.tables[ref].progress
 
