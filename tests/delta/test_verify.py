@@ -169,3 +169,24 @@ def test_verify_while_the_pipeline_runs_and_the_source_writes(
     assert not errors, errors
     assert report.equal, report.summary()
     assert sum(t.source_rows for t in report.tables.values()) > 0
+
+
+def test_the_spark_writers_tables_are_verified_and_repaired(
+    db: Database, workload: Workload, tmp_path: Path, spark: Any
+) -> None:
+    """The Spark writer's tables (deletion vectors on): a row deleted and one altered by
+    Spark SQL are found, and repaired through the Spark writer's MERGE."""
+    workload.run(80)
+    keep(db, tmp_path, writer="spark", spark=spark, max_batch_rows=500)
+    path = delta.table_path(tmp_path, "public.items")
+    ids = sorted(r["id"] for r in spark.sql(f"SELECT id FROM delta.`{path}`").collect())
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = {ids[0]}")
+    spark.sql(f"UPDATE delta.`{path}` SET name = 'not the source' WHERE id = {ids[1]}")
+    options: dict[str, Any] = {"writer": "spark", "spark": spark, "max_batch_rows": 500}
+    found = check(db, tmp_path, **options)
+    items = found.tables["public.items"]
+    assert (items.missing, items.extra, items.different) == (1, 0, 1), found.summary()
+    repaired = check(db, tmp_path, repair=True, **options)
+    assert repaired.tables["public.items"].upserted == 2, repaired.summary()
+    after = check(db, tmp_path, **options)
+    assert after.equal, after.summary()

@@ -122,7 +122,7 @@ class IcebergTables:
         found = self._recorded(ref)
         if found is None:
             return None
-        return TablePosition(found.lsn, found.ordinal_of)
+        return TablePosition(found.lsn, found.ordinal_of, partial=found.partial)
 
     def pinned(self, ref: str) -> tuple[TablePosition | None, pa.Table | None]:
         found = pinned_position(self.spark, ref)
@@ -131,9 +131,9 @@ class IcebergTables:
         recorded, snapshot = found
         frame = self.spark.table(ref)
         if snapshot is not None:
-            frame = self.spark.read.option("snapshot-id", str(snapshot)).table(ref)
+            frame = self.spark.sql(f"SELECT * FROM {ref} VERSION AS OF {int(snapshot)}")
         rows: pa.Table = frame.toArrow()
-        return TablePosition(recorded.lsn, recorded.ordinal_of), rows
+        return TablePosition(recorded.lsn, recorded.ordinal_of, partial=recorded.partial), rows
 
     def progress(self, ref: str) -> Any:
         found = self._recorded(ref)

@@ -46,6 +46,10 @@ class TablePosition:
     #: The batch LSN of the last commit that recorded a copy's progress without rows
     #: (:meth:`TableFormat.record_progress`), None when the format does not keep it.
     progress_lsn: int | None = None
+    #: The cut transaction and ordinal the table's latest commit records, where a format
+    #: keeps them with the position (Iceberg, the in-memory tables; Delta keeps them
+    #: under transaction identifiers of their own, :attr:`ordinal_of`).
+    partial: tuple[int, int] | None = field(default=None, compare=False)
 
     def past(self, lsn: int) -> bool:
         """Whether the table holds the commits of a batch at ``lsn`` already."""
@@ -55,7 +59,7 @@ class TablePosition:
     def of(mark: Mark, before: TablePosition | None) -> TablePosition:
         """Where a table stands right after a commit recording ``mark``."""
         progress_lsn = before.progress_lsn if before is not None else None
-        return TablePosition(mark.lsn, mark.ordinal_of, progress_lsn)
+        return TablePosition(mark.lsn, mark.ordinal_of, progress_lsn, mark.partial)
 
 
 class TableFormat(Protocol):

@@ -109,7 +109,7 @@ class MemoryTables:
         if table is None:
             return None
         return TablePosition(
-            table.lsn, Mark(table.lsn, table.partial).ordinal_of, table.progress_lsn
+            table.lsn, Mark(table.lsn, table.partial).ordinal_of, table.progress_lsn, table.partial
         )
 
     def pinned(self, ref: str) -> tuple[TablePosition | None, pa.Table | None]:

@@ -19,6 +19,7 @@ carries in its ``userMetadata`` (:meth:`Commit.metadata`, :func:`progress_of`).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,9 @@ APP_ID = "pgwire_cdc"
 #: The transaction identifier of commits that record a copy's progress without rows
 #: (versioned by the batch's LSN; the position stays under :data:`APP_ID`).
 PROGRESS_APP_ID = f"{APP_ID}.progress"
+#: The transaction identifier of ``verify``'s repair commits (the position stays under
+#: :data:`APP_ID`).
+REPAIR_APP_ID = f"{APP_ID}.repair"
 
 
 class _NoProgress:
@@ -124,11 +128,18 @@ class Mark:
     lsn: int | None
     partial: tuple[int, int] | None = None
     progress: Any = NO_PROGRESS
+    #: A commit of ``verify``'s repair, which keeps the position the table has: Delta
+    #: records it under :data:`REPAIR_APP_ID` instead (the Spark writer would skip a
+    #: commit whose transaction identifier a commit recorded already).
+    repair: bool = False
 
     def commit(self) -> Commit:
         """The Delta transaction identifier recording this mark (one per commit: the
         Spark writer's commits take one): the cut transaction's own under
-        :func:`txn_id`, else :data:`APP_ID` at ``lsn``."""
+        :func:`txn_id`, else :data:`APP_ID` at ``lsn``; a repair's under
+        :data:`REPAIR_APP_ID`, versioned by the time in milliseconds."""
+        if self.repair:
+            return Commit(REPAIR_APP_ID, time.time_ns() // 1_000_000, self.progress)
         if self.partial is not None:
             return Commit(txn_id(self.partial[0]), self.partial[1], self.progress)
         if self.lsn is None:

@@ -468,7 +468,7 @@ def _repair(
     if position is None or now is None or now.lsn != position.lsn:
         found.not_repaired = "the table took a commit while verify ran: verify again"
         return
-    mark = Mark(position.lsn)
+    mark = Mark(position.lsn, position.partial, repair=True)
     if found.columns_missing or found.columns_extra:
         found.not_repaired = "its columns differ from the source's: copy it again (resnapshot)"
         return
@@ -498,8 +498,8 @@ def _repair(
     if position.lsn is None:
         found.not_repaired = "the table records no position yet"
         return
-    rows = source.take(upsert)
-    gone = _as_types(lake.select(columns), source.schema).take(delete)
+    rows = source.take(pa.array(upsert, pa.int64()))
+    gone = _as_types(lake.select(columns), source.schema).take(pa.array(delete, pa.int64()))
     changes = _change_table(template, pa.concat_tables([rows, gone]).combine_chunks(), len(rows))
     stream, _ = _native.reduce_changes(changes, columns, keys)
     format.merge(ref, table_of(stream), keys, False, mark, adds=True)
