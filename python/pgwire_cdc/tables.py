@@ -148,4 +148,37 @@ def mark_unchanged(table: pa.Table, names: list[str]) -> pa.Table:
     ``update`` rows: columns those changes did not carry (see the module documentation)."""
     if not names or table.num_rows == 0:
         return table
-    return table_of(_native.mark_unchanged(table, names))
+    return table_of(_native.mark_unchanged(unsliced(table), names))
+
+
+def _holds_struct(t: pa.DataType) -> bool:
+    if pa.types.is_struct(t):
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _holds_struct(t.value_type)
+    if pa.types.is_map(t):
+        return _holds_struct(t.key_type) or _holds_struct(t.item_type)
+    return False
+
+
+def unsliced(table: pa.Table) -> pa.Table:
+    """``table`` with every nested column that starts inside its buffers (a slice, as
+    ``Table.slice`` and a batch reader over unevenly chunked columns make) copied to
+    start at zero: Arrow's Rust import of a sliced struct holding a struct misreads its
+    children (an out-of-bounds panic in ``_native``). Other columns are left as they are,
+    and a table without such columns is returned itself. Columns chunked unevenly are
+    combined first: exporting them slices the others at each chunk boundary."""
+    if not any(_holds_struct(c.type) for c in table.columns):
+        return table
+    layouts = {tuple(len(chunk) for chunk in column.chunks) for column in table.columns}
+    if len(layouts) > 1:
+        table = table.combine_chunks()
+    columns = []
+    changed = False
+    for column in table.columns:
+        if _holds_struct(column.type) and any(chunk.offset for chunk in column.chunks):
+            chunks = [pa.concat_arrays([c]) if c.offset else c for c in column.chunks]
+            column = pa.chunked_array(chunks, column.type)
+            changed = True
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=table.schema) if changed else table

@@ -46,6 +46,7 @@ from ..tables import (
     mark_unchanged,
     parse_segment_key,
     table_of,
+    unsliced,
     without_columns,
 )
 from .format import TableFormat, TablePosition
@@ -474,12 +475,12 @@ class LakehouseSink:
         if keys is None:
             base = self.format.read(ref, columns)
             base = base.select(columns).cast(pa.schema([changes.schema.field(c) for c in columns]))
-            stream, counts = _native.apply_changes(base, changes, None)
+            stream, counts = _native.apply_changes(unsliced(base), unsliced(changes), None)
             self.format.write(ref, table_of(stream), "overwrite", mark)
         else:
             copying = isinstance(self._progress.get(name), list)
             adds = adds_keys(changes, keys, copying=copying)
-            stream, counts = _native.reduce_changes(changes, columns, keys)
+            stream, counts = _native.reduce_changes(unsliced(changes), columns, keys)
             self.format.merge(ref, table_of(stream), keys, counts["truncated"] > 0, mark, adds=adds)
         stats.add({k: v for k, v in counts.items() if k in vars(stats)})
         stats.commits += 1

@@ -47,7 +47,7 @@ import pyarrow.compute as pc
 from .. import _native, catalog
 from ..errors import ConfigError
 from ..lsn import int_to_lsn, lsn_to_int
-from ..tables import METADATA_COLUMNS, key_columns, parse_segment_key, table_of
+from ..tables import METADATA_COLUMNS, key_columns, parse_segment_key, table_of, unsliced
 from .format import TableFormat, TablePosition
 from .positions import Mark, txn_id
 from .shape import data_columns, lake_shape
@@ -336,7 +336,7 @@ def _source_at(
                 raise ConfigError(
                     "a table's columns changed while verify ran: verify again once the DDL is done"
                 )
-            stream, _ = _native.apply_changes(base, held, keys)
+            stream, _ = _native.apply_changes(unsliced(base), unsliced(held), keys)
             base = table_of(stream)
     return base, keys
 
@@ -382,7 +382,7 @@ def _as_types(lake: pa.Table, schema: pa.Schema) -> pa.Table:
 def _digests(table: pa.Table, columns: list[str]) -> pa.Array:
     if table.num_rows == 0:
         return pa.array([], pa.uint64())
-    return pa.table(_native.row_digests(table, columns))["_digest"].combine_chunks()
+    return pa.table(_native.row_digests(unsliced(table), columns))["_digest"].combine_chunks()
 
 
 def _compare_keyed(
@@ -500,8 +500,8 @@ def _repair(
         return
     rows = source.take(pa.array(upsert, pa.int64()))
     gone = _as_types(lake.select(columns), source.schema).take(pa.array(delete, pa.int64()))
-    changes = _change_table(template, pa.concat_tables([rows, gone]).combine_chunks(), len(rows))
-    stream, _ = _native.reduce_changes(changes, columns, keys)
+    changes = _change_table(template, pa.concat_tables([rows, gone]), len(rows))
+    stream, _ = _native.reduce_changes(unsliced(changes), columns, keys)
     format.merge(ref, table_of(stream), keys, False, mark, adds=True)
     found.upserted, found.deleted = len(rows), len(gone)
 
