@@ -173,6 +173,7 @@ class LiveSession:
         assert self.repl is not None
         self.stream_slot = slot
         self.acks.streaming_on(temporary=slot != self.slot)
+        log.info("streaming slot %s from %s", slot, int_to_lsn(start))
         self.live = self.repl.start_streaming(
             slot,
             start,

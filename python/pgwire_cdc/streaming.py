@@ -549,6 +549,7 @@ class _Stream:
         assert self.setup.conn is not None
         self.initial = initial = replication.InitialCopy(self.session.connect(), self.slot)
         cp, snapshot_name = initial.begin()
+        log.info("slot %s: a new snapshot at consistent point %s", self.slot, int_to_lsn(cp))
         self.acks.snapshot_started(cp)
         reader = self.o.snapshot_reader
         if reader is not None:

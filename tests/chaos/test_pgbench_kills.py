@@ -16,7 +16,8 @@ The seed picks the kill kinds and times and the layout; the workload's own inter
 the server's, so a failing seed need not fail again. A failure names the source
 transactions the lake lacks: a ``test_decoding`` slot made before the workload keeps every
 change, so the report gives each lost row's transaction (xid, commit LSN) next to the
-positions the lake's Delta logs recorded.
+positions the lake's Delta logs recorded and each consumer run's snapshots, slots and
+start positions.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ SEED = int(os.environ.get("PGWIRE_CDC_CHAOS_SEED", "1"))
 MINUTES = float(os.environ.get("PGWIRE_CDC_CHAOS_MINUTES", "0"))
 #: The options of the last run, which catches up with the source (not killed).
 FINAL_RUN = ("--deletion-vectors", "--max-batch-rows", "5000")
+#: The workers log their snapshots, slots and start positions (delta_worker.py).
+WORKER_ENV = {**os.environ, "PGWIRE_CDC_WORKER_LOG": "1"}
 KINDS = ("timed", "committed", "between-tables", "before-ack")
 TABLES = ("pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history")
 
@@ -137,18 +140,24 @@ def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) ->
         path = tmp / f"lake-{db.name}"
         bench = pgbench(cluster, db, "-n", "-c", "4", "-j", "2", "-T", "40")
         kills: list[str] = []
+        log = tmp / f"{db.name}.log"
         while bench.poll() is None:
             kind = rnd.choice(KINDS)
             command = [sys.executable, str(WORKER), db.dsn, str(path), str(2**63 - 1)]
             command += ["--deletion-vectors", "--max-batch-rows", str(rnd.choice((500, 5000)))]
             if kind != "timed":
                 command += ["--crash-at", kind, "--nth", str(rnd.randint(1, 12))]
-            worker = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            try:
-                worker.communicate(timeout=rnd.uniform(3, 9))
-            except subprocess.TimeoutExpired:
-                worker.send_signal(signal.SIGKILL)
-                worker.communicate()
+            with open(log, "a") as err:
+                err.write(f"--- run {len(kills)}: {kind}\n")
+                err.flush()
+                worker = subprocess.Popen(
+                    command, stdout=subprocess.DEVNULL, stderr=err, env=WORKER_ENV
+                )
+                try:
+                    worker.wait(timeout=rnd.uniform(3, 9))
+                except subprocess.TimeoutExpired:
+                    worker.send_signal(signal.SIGKILL)
+                    worker.wait()
             kills.append(kind)
         out = bench.communicate()[1]
         assert bench.returncode == 0, out
@@ -188,6 +197,11 @@ def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) ->
         if problems:
             report["problems"] = problems
             report["positions"] = {k: v[-12:] for k, v in positions(path).items()}
+            report["runs"] = [
+                line
+                for line in log.read_text().splitlines()
+                if line.startswith("---") or "consistent point" in line or "streaming slot" in line
+            ]
         db.conn.execute("SELECT pg_drop_replication_slot('audit')")
         db.conn.execute("SELECT pg_drop_replication_slot('s1')")
         return report

@@ -117,6 +117,12 @@ def worker_arguments() -> argparse.ArgumentParser:
 
 
 def main() -> None:
+    if os.environ.get("PGWIRE_CDC_WORKER_LOG"):
+        # The run's INFO lines (snapshots, slots, start positions) on stderr, for the chaos
+        # runs' reports.
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     parser = worker_arguments()
     parser.add_argument("--writer", default="delta-rs", choices=delta.WRITERS)
     parser.add_argument("--deletion-vectors", action="store_true")
