@@ -127,22 +127,21 @@ check-wheels: check-wheel
 
 # Every pytest suite, in two tiers: the offline suites first (no PostgreSQL, no Spark: a
 # broken build fails within minutes), then those against PostgreSQL 15 and 18 and Spark.
-# The server tier runs as two pytest processes at once, each with servers of its own: the
-# suites that need PostgreSQL alone (PG_SUITES, with the delta-rs crash torture: they
-# spend most of their time waiting on the server) beside those that start Spark (the rest: their JVMs keep the two cores busy);
-# the first one's report is printed when both are done. Each run ends with its slowest
-# tests (--durations, kept in the CI log); every test has a time limit (pytest-timeout:
-# pyproject.toml's default, longer where a test says so).
+# The server tier runs as two pytest processes at once, each with servers of its own:
+# the tests that need PostgreSQL alone (`-m "server and not spark"`: they spend most of
+# their time waiting on the server) in the background, its report printed when both are
+# done, beside those that start Spark (`-m "server and spark"`, as conftest.py marks them:
+# their JVMs keep the cores busy). Each run ends with its slowest tests (--durations,
+# kept in the CI log); every test has a time limit (pytest-timeout: pyproject.toml's
+# default, longer where a test says so).
 PYTEST := PGWIRE_CDC_WHEELS=$(CURDIR)/$(CHECK_WHEELS) $(VENV)/bin/pytest -q --durations=40
-PG_SUITES := tests/decoder tests/admin tests/client tests/live tests/lakehouse \
-  tests/delta/test_crash_torture.py
 PG_LOG := target/pytest-postgresql.log
 pytest: build check-wheel jars
 	$(PYTEST) -m "not server"
-	@echo "server tier: $(PG_SUITES) in the background (its report at the end), the rest here"
-	@( $(PYTEST) -m server $(PG_SUITES) > $(PG_LOG) 2>&1; echo $$? > $(PG_LOG).rc ) & \
-	  $(PYTEST) -m server $(addprefix --ignore=,$(PG_SUITES)); rest=$$?; \
-	  wait; echo "--- $(PG_SUITES):"; cat $(PG_LOG); \
+	@echo "server tier: the tests without Spark in the background (their report at the end), those with Spark here"
+	@( $(PYTEST) -m "server and not spark" > $(PG_LOG) 2>&1; echo $$? > $(PG_LOG).rc ) & \
+	  $(PYTEST) -m "server and spark"; rest=$$?; \
+	  wait; echo "--- the tests without Spark:"; cat $(PG_LOG); \
 	  test $$rest -eq 0 && test "$$(cat $(PG_LOG).rc)" -eq 0
 
 # The server tier with every variant: the sink, Spark, CLI and docs suites on PostgreSQL 15

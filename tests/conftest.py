@@ -259,17 +259,21 @@ def _test_name(item: pytest.Item) -> str:
 
 #: Fixtures that start a server: PostgreSQL (here, or clusters of a suite's own), or Spark
 #: (a JVM, or a Connect server). Tests that start one in their body say ``server``.
+SPARK_FIXTURES = {
+    *("spark", "spark_in", "classic_spark", "connect_spark", "iceberg_spark", "iceberg_spark_in"),
+}
 SERVER_FIXTURES = {
     *("pg", "db", "pg15_cluster", "pg18_cluster"),
     *("tls_pg", "own_cluster", "own_db", "replica_cluster", "lossy_cluster", "cluster"),
-    *("spark", "spark_in", "classic_spark", "connect_spark", "iceberg_spark", "iceberg_spark_in"),
+    *SPARK_FIXTURES,
 }
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks ``server`` the tests that use a server (PostgreSQL or Spark: a fixture of
-    `SERVER_FIXTURES`, or the ``java`` marker); leaves out the Spark Connect variants of
+    `SERVER_FIXTURES`, or the ``java`` marker), and ``spark`` those that start Spark (a
+    fixture of `SPARK_FIXTURES`, or the ``java`` marker); leaves out the Spark Connect variants of
     the tests ``support/spark_modes.py`` does not list, and the PostgreSQL 15 variants
     of the sink, Spark, CLI and docs tests ``support/server_variants.py`` does not list
     (reported as deselected). First of the hooks, so that ``-m`` sees the markers."""
@@ -279,8 +283,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         name = _test_name(item)
         (kept if keep(name, params) and keep_server(name, params) else dropped).append(item)
         names = set(getattr(item, "fixturenames", ()))
-        if SERVER_FIXTURES & names or item.get_closest_marker("java") is not None:
+        java = item.get_closest_marker("java") is not None
+        if SERVER_FIXTURES & names or java:
             item.add_marker(pytest.mark.server)
+        if SPARK_FIXTURES & names or java:
+            item.add_marker(pytest.mark.spark)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
