@@ -5,7 +5,8 @@ Delta table's log as transaction identifiers (``txn`` actions, see
 :mod:`pgwire_cdc.delta`, *Exactly once*), in an Iceberg snapshot's summary (see
 :mod:`pgwire_cdc.iceberg`). Both record the same two things:
 
-* ``pgwire_cdc`` → the commit LSN of the last transaction applied in full;
+* ``pgwire_cdc`` → the commit LSN of the last transaction applied in full (after an
+  initial snapshot: the LSN just before its consistent point, :func:`snapshot_position`);
 * ``pgwire_cdc@<commit LSN>`` (:func:`txn_id`) → the last ``_tx_ordinal`` applied of a
   transaction that a batch cut in two.
 
@@ -82,6 +83,18 @@ def progress_of(user_metadata: str | None) -> Any:
     if not isinstance(doc, dict) or not isinstance(doc.get(APP_ID), dict):
         return NO_PROGRESS
     return doc[APP_ID].get("progress")
+
+
+def snapshot_position(consistent_point: int) -> int:
+    """The position a table holds once it is an initial snapshot's rows: every transaction
+    whose commit LSN lies *before* the consistent point, not at it. The consistent point
+    is where the slot's snapshot builder became consistent, the end of a
+    ``xl_running_xacts`` record; the next WAL record can be the commit record of a
+    transaction still running in that snapshot. That transaction is not in the snapshot
+    and the slot streams it (the server skips only commit records that start before the
+    point), with ``_commit_lsn`` equal to the consistent point, which the snapshot's own
+    rows carry too. A position *at* the point would count it applied already."""
+    return consistent_point - 1
 
 
 def after(changes: pa.Table, lsn: int | None, partial: tuple[int, int] | None) -> pa.Table:

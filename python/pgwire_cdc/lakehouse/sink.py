@@ -50,7 +50,7 @@ from ..tables import (
     without_columns,
 )
 from .format import TableFormat, TablePosition
-from .positions import NO_PROGRESS, Mark, marks, txn_id, unapplied
+from .positions import NO_PROGRESS, Mark, marks, snapshot_position, txn_id, unapplied
 from .reshape import DROPPED_PROPERTY, column_ops
 from .shape import data_columns, lake_shape, plain_schema
 from .stats import ApplyStats
@@ -212,12 +212,13 @@ class LakehouseSink:
             return None
 
         def read(snapshot: str, consistent_point: int, names: list[str]) -> None:
+            lsn = snapshot_position(consistent_point)
             for name in names:
                 ref = self.format.ref(name)
                 current = self._position(ref)
-                self._check_not_ahead(name, ref, current, consistent_point)
-                newer = current is None or current.lsn is None or consistent_point > current.lsn
-                copy(name, snapshot, Mark(consistent_point, None, None) if newer else None)
+                self._check_not_ahead(name, ref, current, lsn)
+                newer = current is None or current.lsn is None or lsn > current.lsn
+                copy(name, snapshot, Mark(lsn, None, None) if newer else None)
                 self._prewritten.add(name)
                 log.info("%s: initial snapshot written by Spark", name)
 
@@ -335,7 +336,12 @@ class LakehouseSink:
             self.format.write(ref, rows, "append", None)
             self._committed(ref, None)
         else:
-            lsn = int(changes["_commit_lsn"][0].as_py()) if changes.num_rows else None
+            # The snapshot's rows carry its consistent point as their commit LSN.
+            lsn = (
+                snapshot_position(int(changes["_commit_lsn"][0].as_py()))
+                if changes.num_rows
+                else None
+            )
             current = self._position(ref)
             mark = None
             if lsn is not None:
