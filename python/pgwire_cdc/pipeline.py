@@ -5,10 +5,12 @@ A :class:`Sink` makes batches durable somewhere (Delta tables, Parquet files). :
 drives one in a fixed order:
 
 1. the published tables, and whether the slot exists already;
-2. what the sink holds (``StreamOptions.held_tables`` when given, else
+2. the server, which the sink checks against the source of what it holds
+   (:meth:`Sink.check_source`);
+3. what the sink holds (``StreamOptions.held_tables`` when given, else
    :meth:`Sink.held_tables`) and who reads a new slot's initial snapshot
    (``StreamOptions.snapshot_reader`` when given, else :meth:`Sink.snapshot_reader`);
-3. for each batch of ``stream()``: :meth:`Sink.apply`; then the tables a snapshot
+4. for each batch of ``stream()``: :meth:`Sink.apply`; then the tables a snapshot
    reported complete that the sink has no table for (:meth:`Sink.missing_tables`, source
    tables without rows) are created from their change-table schemas
    (:meth:`Sink.create_tables`); then the batch is acked (the time all this took goes to
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from .lakehouse.identity import Server
     from .streaming import Batch, StreamOptions
 
 
@@ -41,6 +44,12 @@ class Sink(Protocol):
         its incremental copy reached. None: the sink keeps no such record (the stream
         decides on its own). ``slot_exists``: the stream resumes an existing slot (a sink
         may refuse to stream on top of nothing)."""
+        ...
+
+    def check_source(self, server: Server, published: Sequence[str]) -> None:
+        """The server the stream reads: the sink raises when what it holds came from
+        another source, or from further on in the server's history than the server has
+        (:mod:`pgwire_cdc.lakehouse.identity`), and may record it with what it writes."""
         ...
 
     def snapshot_reader(
@@ -114,11 +123,13 @@ def run(
     ``on_batch(batch, result)`` after each batch is acked, with what :meth:`Sink.apply`
     returned. Returns the number of batches."""
     from . import metrics
+    from .lakehouse.identity import identify
     from .streaming import stream
 
     held = options.held_tables
+    published, slot_exists = source_state(dsn, options)
+    sink.check_source(identify(dsn), published)
     if held is None:
-        published, slot_exists = source_state(dsn, options)
         found = sink.held_tables(published, slot_exists)
         held = dict(found) if found is not None else None
     reader = options.snapshot_reader or sink.snapshot_reader(dsn, options)

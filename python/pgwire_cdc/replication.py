@@ -157,14 +157,18 @@ class LiveSession:
         #: Which slot the live stream reads: the permanent one, or the temporary
         #: snapshot slot until the snapshot is committed.
         self.stream_slot = slot
+        #: The timeline of the server the last connection reached (``IDENTIFY_SYSTEM``).
+        self.timeline: int | None = None
 
     @property
     def on_permanent_slot(self) -> bool:
         return self.live is not None and self.stream_slot == self.slot
 
     def connect(self) -> _native.ReplicationConnection:
-        """Opens the replication connection the next session starts on."""
+        """Opens the replication connection the next session starts on, and learns the
+        server's timeline (after a failover, the new primary's)."""
         self.repl = replication_connection(self.dsn)
+        self.timeline = self.repl.identify_system()[1]
         return self.repl
 
     def start(self, slot: str, start: int, skip_through: tuple[int, int] | None = None) -> None:

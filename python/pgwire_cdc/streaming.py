@@ -126,6 +126,9 @@ class Batch:
     #: changes, in WAL order, each at its place among the rows (``commit_lsn``,
     #: ``tx_ordinal``): see :mod:`pgwire_cdc.schema_changes`.
     schema_changes: list[SchemaChange] = field(default_factory=list)
+    #: The timeline of the server that delivered this batch (``IDENTIFY_SYSTEM``): its
+    #: LSNs are positions in that timeline's history (a failover moves to a new one).
+    timeline: int | None = None
     _ack: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
@@ -583,6 +586,7 @@ class _Stream:
                 snapshot_start=first,
                 # The last one: every table of the snapshot is complete, empty ones too.
                 snapshot_progress=self._snapshotted() if last else {},
+                timeline=self._timeline(),
                 _ack=self._acker(seq, cp, snapshot_batch=True),
             )
             if self.metrics is not None:
@@ -610,8 +614,13 @@ class _Stream:
             snapshot=True,
             snapshot_start=True,
             snapshot_progress=self._snapshotted(),
+            timeline=self._timeline(),
             _ack=self._acker(seq, cp, snapshot_batch=True),
         )
+
+    def _timeline(self) -> int | None:
+        """The timeline of the server the session streams from."""
+        return self.session.timeline if self.session is not None else None
 
     def _snapshotted(self) -> dict[str, list[Any] | None]:
         """``Batch.snapshot_progress`` of a complete initial snapshot."""
@@ -679,6 +688,7 @@ class _Stream:
                     lsn=lsn,
                     snapshot_progress=progress,
                     schema_changes=ddl,
+                    timeline=self._timeline(),
                     _ack=self._acker(seq, lsn, False),
                 )
                 loop.handed_out(lsn)

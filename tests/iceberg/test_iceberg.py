@@ -138,6 +138,9 @@ def test_tables_equal_source(db: Database, workload: Workload, lake: Lake) -> No
     for name in TABLES:
         pos = iceberg.position(lake.spark, lake.ref(name))
         assert pos is not None and pos.lsn is not None and pos.lsn <= until
+        # The source of the rows, as every commit of the sink records it.
+        assert pos.source is not None and pos.source.database == db.name
+        assert pos.source.timeline == 1 and pos.source.system.isdigit()
         props = dict(
             lake.spark.sql(f"SHOW TBLPROPERTIES {lake.ref(name)}").collect()  # type: ignore[arg-type]
         )

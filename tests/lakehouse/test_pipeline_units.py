@@ -24,6 +24,7 @@ class Recorder:
         self.held = held
         self.events: list[str] = []
         self.held_asked: list[tuple[list[str], bool]] = []
+        self.servers: list[Any] = []
         self.reader_asked: list[StreamOptions] = []
         self.created: dict[str, pa.Schema] = {}
         self.tables_with_rows: set[str] = set()
@@ -34,6 +35,9 @@ class Recorder:
     ) -> Mapping[str, Sequence[Any] | None] | None:
         self.held_asked.append((list(published), slot_exists))
         return self.held
+
+    def check_source(self, server: Any, published: Sequence[str]) -> None:
+        self.servers.append(server)
 
     def snapshot_reader(
         self, dsn: str, options: StreamOptions

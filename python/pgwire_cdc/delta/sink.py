@@ -21,7 +21,7 @@ import pyarrow as pa
 from ..errors import ConfigError, DeltaError
 from ..lakehouse.format import TablePosition
 from ..lakehouse.moved import fill_moved
-from ..lakehouse.positions import APP_ID, PROGRESS_APP_ID, Commit, Mark
+from ..lakehouse.positions import APP_ID, PROGRESS_APP_ID, Commit, Mark, Source
 from ..lakehouse.reshape import DROPPED_PROPERTY, ColumnOp, reshape_rows
 from ..lakehouse.shape import plain_schema
 from ..lakehouse.sink import LakehouseSink
@@ -29,7 +29,15 @@ from ..lakehouse.sql import default_table_name, key_filter, source_columns
 from ..lakehouse.stats import ApplyStats
 from ..lsn import int_to_lsn
 from .catalog import CatalogNames, is_table_name
-from .table import base_path, open_table, position, read_table, read_version, table_path
+from .table import (
+    base_path,
+    open_table,
+    position,
+    read_table,
+    read_version,
+    recorded_source,
+    table_path,
+)
 from .writers import SparkWriter, Writer, writer_for
 
 if TYPE_CHECKING:
@@ -170,6 +178,11 @@ class DeltaTables:
         if found is None:
             raise DeltaError(f"no Delta table at {ref}")
         return found.progress
+
+    def source(self, ref: str) -> Source | None:
+        self._changed(ref)
+        table = self._open(ref)
+        return None if table is None else recorded_source(table)
 
     def exists(self, ref: str) -> bool:
         return self._open(ref) is not None

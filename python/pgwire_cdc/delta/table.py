@@ -10,7 +10,7 @@ once*).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -18,7 +18,7 @@ from urllib.parse import quote
 import pyarrow as pa
 
 from ..errors import DeltaError
-from ..lakehouse.positions import APP_ID, NO_PROGRESS, progress_of
+from ..lakehouse.positions import APP_ID, NO_PROGRESS, Source, progress_of, source_of
 from ..lakehouse.shape import plain_schema
 from ..tables import table_of
 
@@ -109,13 +109,26 @@ def _recorded_progress(table: Any) -> Any:
     of other writers (OPTIMIZE, VACUUM, a user's own writes) came after it. The sink's
     commits record it whenever the sink knows it, so the look usually ends at the sink's
     last commit."""
+    return _newest_recorded(table, progress_of, NO_PROGRESS)
+
+
+def recorded_source(table: Any) -> Source | None:
+    """The source (:mod:`pgwire_cdc.lakehouse.identity`) recorded by the newest commit
+    that records one; the sink's commits all do."""
+    found: Source | None = _newest_recorded(table, source_of, None)
+    return found
+
+
+def _newest_recorded(table: Any, parse: Callable[[str | None], Any], absent: Any) -> Any:
+    """What ``parse`` finds in the ``userMetadata`` of the newest commit where it finds
+    anything but ``absent``."""
     limit = _HISTORY_PAGE
     while True:
         commits = table.history(limit)
         for commit in commits:  # newest first
-            progress = progress_of(commit.get("userMetadata"))
-            if progress is not NO_PROGRESS:
-                return progress
+            found = parse(commit.get("userMetadata"))
+            if found is not absent:
+                return found
         if len(commits) < limit:
-            return NO_PROGRESS
+            return absent
         limit *= 4

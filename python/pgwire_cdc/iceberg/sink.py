@@ -20,7 +20,7 @@ import pyarrow as pa
 from ..errors import ConfigError, IcebergError
 from ..lakehouse.format import TablePosition
 from ..lakehouse.moved import fill_moved
-from ..lakehouse.positions import Mark
+from ..lakehouse.positions import Mark, Source
 from ..lakehouse.reshape import DROPPED_PROPERTY, ColumnOp, reshape_rows
 from ..lakehouse.shape import plain_schema
 from ..lakehouse.sink import LakehouseSink
@@ -141,6 +141,10 @@ class IcebergTables:
             raise IcebergError(f"no Iceberg table {ref}")
         return found.progress
 
+    def source(self, ref: str) -> Source | None:
+        found = self._recorded(ref)
+        return None if found is None else found.source
+
     def exists(self, ref: str) -> bool:
         """:func:`~pgwire_cdc.iceberg.table.exists`, the table's state read afresh; a
         table known to exist is only refreshed (listing a catalog's namespace can cost as
@@ -201,7 +205,9 @@ class IcebergTables:
 
     @staticmethod
     def _summary(mark: Mark | None) -> Position | None:
-        return None if mark is None else Position(mark.lsn, mark.partial, mark.progress)
+        return (
+            None if mark is None else Position(mark.lsn, mark.partial, mark.progress, mark.source)
+        )
 
     def _overwrite(self, ref: str, frame: DataFrame, mark: Mark | None) -> None:
         from pyspark.sql import functions as F
@@ -221,7 +227,7 @@ class IcebergTables:
     def record_progress(self, ref: str, batch_lsn: int, progress: Any) -> None:
         current = position(self.spark, ref) or Position(None)
         empty = self.spark.table(ref).limit(0)
-        with self._recording(Position(current.lsn, current.partial, progress)):
+        with self._recording(Position(current.lsn, current.partial, progress, current.source)):
             empty.writeTo(ref).append()
 
     def merge(

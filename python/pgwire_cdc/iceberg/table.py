@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..lakehouse.positions import NO_PROGRESS, progress_of, txn_id
+from ..lakehouse.positions import NO_PROGRESS, Source, progress_of, source_of, txn_id
 from ..lakehouse.sql import default_table_name, quote_name, split_name
 
 if TYPE_CHECKING:
@@ -52,6 +52,8 @@ class Position:
     partial: tuple[int, int] | None = None
     #: Incremental-copy progress (a key list, None once complete), or NO_PROGRESS.
     progress: Any = NO_PROGRESS
+    #: The source the rows come from (:mod:`pgwire_cdc.lakehouse.identity`), or None.
+    source: Source | None = None
 
     def ordinal_of(self, txn: str) -> int | None:
         """How far into the cut transaction ``txn`` (a
@@ -64,7 +66,7 @@ class Position:
         """The snapshot properties recording this position (None: unset)."""
         from ..lakehouse.positions import Commit
 
-        progress = Commit("", 0, self.progress).metadata()
+        progress = Commit("", 0, self.progress, self.source).metadata()
         return {
             LSN_KEY: None if self.lsn is None else str(self.lsn),
             PARTIAL_KEY: None if self.partial is None else f"{self.partial[0]}:{self.partial[1]}",
@@ -79,7 +81,8 @@ class Position:
         if partial:
             commit, _, ordinal = partial.partition(":")
             cut = (int(commit), int(ordinal))
-        return Position(int(lsn) if lsn else None, cut, progress_of(summary.get(PROGRESS_KEY)))
+        recorded = summary.get(PROGRESS_KEY)
+        return Position(int(lsn) if lsn else None, cut, progress_of(recorded), source_of(recorded))
 
 
 def table_ref(

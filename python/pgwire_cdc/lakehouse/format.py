@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from ..streaming import StreamOptions
-    from .positions import Mark
+    from .positions import Mark, Source
     from .reshape import ColumnOp
 
 
@@ -105,6 +105,11 @@ class TableFormat(Protocol):
     def progress(self, ref: str) -> Any:
         """The incremental-copy progress the table's newest commit recording one
         records, or :data:`~pgwire_cdc.lakehouse.positions.NO_PROGRESS`."""
+        ...
+
+    def source(self, ref: str) -> Source | None:
+        """The source the table's newest commit recording one records
+        (:mod:`pgwire_cdc.lakehouse.identity`), None when none does."""
         ...
 
     def exists(self, ref: str) -> bool: ...

@@ -21,7 +21,7 @@ from ..errors import Error
 from ..lsn import int_to_lsn
 from .format import TablePosition
 from .moved import fill_moved
-from .positions import NO_PROGRESS, Mark
+from .positions import NO_PROGRESS, Mark, Source
 from .reshape import DROPPED_PROPERTY, ColumnOp, reshape_rows
 from .sql import source_columns
 
@@ -44,6 +44,7 @@ class MemoryTable:
     progress: Any = NO_PROGRESS
     progress_lsn: int | None = None
     properties: dict[str, str] = field(default_factory=dict)
+    source: Source | None = None
 
     def table(self) -> pa.Table:
         return pa.Table.from_pylist(self.rows, schema=self.schema)
@@ -92,6 +93,8 @@ class MemoryTables:
         table.partial = mark.partial
         if mark.progress is not NO_PROGRESS:
             table.progress = mark.progress
+        if mark.source is not None:
+            table.source = mark.source
 
     # -- TableFormat ---------------------------------------------------------------
 
@@ -119,6 +122,9 @@ class MemoryTables:
 
     def progress(self, ref: str) -> Any:
         return self.tables[ref].progress
+
+    def source(self, ref: str) -> Source | None:
+        return self.tables[ref].source
 
     def exists(self, ref: str) -> bool:
         return ref in self.tables

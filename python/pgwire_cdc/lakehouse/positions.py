@@ -55,34 +55,77 @@ def txn_id(commit_lsn: int) -> str:
 
 
 @dataclass(frozen=True)
+class Source:
+    """The PostgreSQL database a table's rows come from, as ``IDENTIFY_SYSTEM`` names it:
+    the cluster's system identifier (the same on a primary, its standbys and every
+    restore of its backups), the timeline its WAL was on, and the database."""
+
+    system: str
+    timeline: int
+    database: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"system": self.system, "timeline": self.timeline, "database": self.database}
+
+    @staticmethod
+    def from_json(doc: Any) -> Source | None:
+        """The source a recorded JSON object names; None for anything else."""
+        if not isinstance(doc, dict):
+            return None
+        try:
+            return Source(str(doc["system"]), int(doc["timeline"]), str(doc["database"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
 class Commit:
-    """What one commit records besides its rows: ``version`` under ``app_id``, and
-    the incremental-snapshot ``progress`` (a key list, None once complete, or
-    :data:`NO_PROGRESS`)."""
+    """What one commit records besides its rows: ``version`` under ``app_id``, the
+    incremental-snapshot ``progress`` (a key list, None once complete, or
+    :data:`NO_PROGRESS`) and the ``source`` the rows come from."""
 
     app_id: str
     version: int
     progress: Any = NO_PROGRESS
+    source: Source | None = None
 
     def metadata(self) -> str | None:
-        """The commit's ``userMetadata``: the progress as JSON, None without progress."""
-        if self.progress is NO_PROGRESS:
-            return None
-        return json.dumps({APP_ID: {"progress": self.progress}}, default=str)
+        """The commit's ``userMetadata``: the progress and the source as JSON, None
+        without either."""
+        doc: dict[str, Any] = {}
+        if self.progress is not NO_PROGRESS:
+            doc["progress"] = self.progress
+        if self.source is not None:
+            doc["source"] = self.source.as_json()
+        return json.dumps({APP_ID: doc}, default=str) if doc else None
+
+
+def _package_doc(user_metadata: str | None) -> dict[str, Any] | None:
+    """This package's part of a commit's ``userMetadata``, None when it holds none
+    (absent, not JSON, or another writer's)."""
+    if not user_metadata:
+        return None
+    try:
+        doc = json.loads(user_metadata)
+    except ValueError:
+        return None
+    ours = doc.get(APP_ID) if isinstance(doc, dict) else None
+    return ours if isinstance(ours, dict) else None
 
 
 def progress_of(user_metadata: str | None) -> Any:
     """The progress a commit's ``userMetadata`` records, :data:`NO_PROGRESS` when it holds
-    none of this package's (absent, not JSON, or another writer's)."""
-    if not user_metadata:
+    none."""
+    doc = _package_doc(user_metadata)
+    if doc is None or "progress" not in doc:
         return NO_PROGRESS
-    try:
-        doc = json.loads(user_metadata)
-    except ValueError:
-        return NO_PROGRESS
-    if not isinstance(doc, dict) or not isinstance(doc.get(APP_ID), dict):
-        return NO_PROGRESS
-    return doc[APP_ID].get("progress")
+    return doc["progress"]
+
+
+def source_of(user_metadata: str | None) -> Source | None:
+    """The source a commit's ``userMetadata`` records, None when it holds none."""
+    doc = _package_doc(user_metadata)
+    return None if doc is None else Source.from_json(doc.get("source"))
 
 
 def snapshot_position(consistent_point: int) -> int:
@@ -145,6 +188,8 @@ class Mark:
     #: records it under :data:`REPAIR_APP_ID` instead (the Spark writer would skip a
     #: commit whose transaction identifier a commit recorded already).
     repair: bool = False
+    #: The source the rows come from (:class:`Source`), recorded with them.
+    source: Source | None = None
 
     def commit(self) -> Commit:
         """The Delta transaction identifier recording this mark (one per commit: the
@@ -152,12 +197,12 @@ class Mark:
         :func:`txn_id`, else :data:`APP_ID` at ``lsn``; a repair's under
         :data:`REPAIR_APP_ID`, versioned by the time in milliseconds."""
         if self.repair:
-            return Commit(REPAIR_APP_ID, time.time_ns() // 1_000_000, self.progress)
+            return Commit(REPAIR_APP_ID, time.time_ns() // 1_000_000, self.progress, self.source)
         if self.partial is not None:
-            return Commit(txn_id(self.partial[0]), self.partial[1], self.progress)
+            return Commit(txn_id(self.partial[0]), self.partial[1], self.progress, self.source)
         if self.lsn is None:
             raise ValueError("a mark without a position records no transaction identifier")
-        return Commit(APP_ID, self.lsn, self.progress)
+        return Commit(APP_ID, self.lsn, self.progress, self.source)
 
     def ordinal_of(self, txn: str) -> int | None:
         """How far into the cut transaction ``txn`` (a :func:`txn_id`) this mark

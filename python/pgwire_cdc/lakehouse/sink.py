@@ -26,12 +26,18 @@ Per batch:
   table's last commit of the batch; progress without rows of the table gets a commit of
   its own unless the table is past the batch already.
 
+* **The source** (:meth:`LakehouseSink.check_source`, :mod:`~pgwire_cdc.lakehouse.
+  identity`): every commit records the PostgreSQL cluster, timeline and database its rows
+  come from; a table written from another source, or holding changes the server's WAL
+  does not (a server restored to an earlier point), is refused before anything streams.
+
 The positions read from the tables are kept between batches, as committed; a new
 snapshot forgets them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -50,7 +56,8 @@ from ..tables import (
     without_columns,
 )
 from .format import TableFormat, TablePosition
-from .positions import NO_PROGRESS, Mark, marks, snapshot_position, txn_id, unapplied
+from .identity import Server, refusal
+from .positions import NO_PROGRESS, Mark, Source, marks, snapshot_position, txn_id, unapplied
 from .reshape import DROPPED_PROPERTY, column_ops
 from .shape import data_columns, lake_shape, plain_schema
 from .stats import ApplyStats
@@ -168,6 +175,8 @@ class LakehouseSink:
         # Per source table: the incremental-copy progress of a copy under way, recorded
         # by every commit of the table.
         self._progress: dict[str, Any] = {}
+        # The source the stream reads (check_source), recorded by every commit.
+        self._source: Source | None = None
 
     # -- the pipeline's Sink protocol ------------------------------------------------
 
@@ -198,6 +207,27 @@ class LakehouseSink:
             )
         return held
 
+    def check_source(self, server: Server, published: Iterable[str] = ()) -> None:
+        """The server the stream reads (:mod:`~pgwire_cdc.lakehouse.identity`): raises the
+        format's error when a table ``published`` or found was written from another
+        source or holds changes the server's WAL does not; from now on every commit
+        records the server's source."""
+        for name in sorted(set(published) | set(self.format.found_tables())):
+            ref = self.format.ref(name)
+            pos = self._position(ref)
+            if pos is None:
+                continue
+            reached = max((v for v in (pos.lsn, pos.partial and pos.partial[0]) if v), default=None)
+            where = f"the {self.format.kind} {ref}"
+            reason = refusal(name, where, self.format.source(ref), reached, server)
+            if reason is not None:
+                raise self.format.error(reason)
+        self._source = server.source
+
+    def _sourced(self, mark: Mark) -> Mark:
+        """``mark`` recording the stream's source too."""
+        return mark if self._source is None else dataclasses.replace(mark, source=self._source)
+
     def snapshot_reader(
         self, dsn: str, options: StreamOptions
     ) -> Callable[[str, int, list[str]], None] | None:
@@ -218,7 +248,7 @@ class LakehouseSink:
                 current = self._position(ref)
                 self._check_not_ahead(name, ref, current, lsn)
                 newer = current is None or current.lsn is None or lsn > current.lsn
-                copy(name, snapshot, Mark(lsn, None, None) if newer else None)
+                copy(name, snapshot, self._sourced(Mark(lsn, None, None)) if newer else None)
                 self._prewritten.add(name)
                 log.info("%s: initial snapshot written by Spark", name)
 
@@ -243,6 +273,10 @@ class LakehouseSink:
     def apply(self, batch: Batch) -> ApplyStats:
         """Commits one batch to the tables it touches. Ack it only after this returns."""
         stats = ApplyStats(batches=1)
+        source = self._source
+        if source is not None and batch.timeline not in (None, source.timeline):
+            # A failover moved the stream to a new primary: its LSNs are that timeline's.
+            self._source = dataclasses.replace(source, timeline=batch.timeline)
         if batch.snapshot_start:
             self._snapshot_written, self._prewritten = self._prewritten, set()
             self.missing = []
@@ -347,7 +381,7 @@ class LakehouseSink:
             if lsn is not None:
                 self._check_not_ahead(name, ref, current, lsn)
                 if current is None or current.lsn is None or lsn > current.lsn:
-                    mark = Mark(lsn, None, None)
+                    mark = self._sourced(Mark(lsn, None, None))
             self.format.write(ref, rows, "overwrite", mark)
             self._snapshot_written.add(name)
             self._progress[name] = None
@@ -408,6 +442,7 @@ class LakehouseSink:
         # At (commit, -1): before the first row of its transaction, so after every
         # transaction committed earlier.
         mark = Mark(current.lsn, place) if place[1] >= 0 else Mark(place[0] - 1)
+        mark = self._sourced(mark)
         self.format.reshape(ref, name, ops, mark)
         stats.commits += 1
         self._committed(ref, mark)
@@ -466,7 +501,7 @@ class LakehouseSink:
                 self._record_progress(name, ref, given, lsn, stats)
             return
         for part, mark in marks(changes, lsn, current.lsn, progress):
-            self._commit(name, ref, part, mark, stats)
+            self._commit(name, ref, part, self._sourced(mark), stats)
 
     def _commit(
         self, name: str, ref: str, changes: pa.Table, mark: Mark, stats: ApplyStats

@@ -468,7 +468,9 @@ def _repair(
     if position is None or now is None or now.lsn != position.lsn:
         found.not_repaired = "the table took a commit while verify ran: verify again"
         return
-    mark = Mark(position.lsn, position.partial, repair=True)
+    # The repair's rows come from the source the table records (verify read them from
+    # the pipeline's server): the commit records that source too.
+    mark = Mark(position.lsn, position.partial, repair=True, source=format.source(ref))
     if found.columns_missing or found.columns_extra:
         found.not_repaired = "its columns differ from the source's: copy it again (resnapshot)"
         return
