@@ -241,6 +241,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         "slot": args.slot,
         "tables": tables,
         "repair": args.repair,
+        "recover": args.recover,
         "wait": args.wait,
         "catch_up": args.catch_up,
         "on_progress": None if args.json else lambda msg: print(msg, file=sys.stderr),
@@ -266,6 +267,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 {
                     "equal": report.equal,
                     "lsn": int_to_lsn(report.lsn),
+                    "slot_made": report.slot_made,
                     "tables": {
                         name: {
                             **{k: v for k, v in vars(t).items() if k != "lsn"},
@@ -280,6 +282,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         )
     else:
         print(report.summary())
+        if report.slot_made:
+            print(f"slot {report.slot_made} made at {int_to_lsn(report.lsn)}: run the pipeline")
     return EXIT_OK if report.equal else EXIT_FAILED
 
 
@@ -878,7 +882,8 @@ def build_parser() -> argparse.ArgumentParser:
         "running and the source keeps writing (a temporary slot of its own reads the source "
         "at one snapshot and the changes after it; nothing is left on the server). Reports "
         "per table the rows missing, extra and different, by key. --repair fixes them in "
-        "one commit per table that keeps the table's position. Exit code 0: equal; 1: "
+        "one commit per table that keeps the table's position; --recover brings a lake whose "
+        "slot is gone back to streaming without a new copy. Exit code 0: equal; 1: "
         "differences.",
     )
     _dsn_arg(p)
@@ -902,6 +907,12 @@ def build_parser() -> argparse.ArgumentParser:
         "comma-separated; default: every published table)",
     )
     p.add_argument("--repair", action="store_true", help="fix the differences found")
+    p.add_argument(
+        "--recover",
+        action="store_true",
+        help="the slot is gone or invalidated: repair each table to a new snapshot of the "
+        "source and make the slot there (no new copy)",
+    )
     p.add_argument(
         "--catch-up",
         action="store_true",

@@ -19,6 +19,7 @@ from live.test_stream import current_lsn
 from pgwire_cdc import delta
 from pgwire_cdc.cli import main as cli_main
 from pgwire_cdc.errors import ConfigError
+from pgwire_cdc.lsn import lsn_to_int
 from support.stream_workload import SCHEMA, TABLES, Workload
 
 
@@ -119,6 +120,46 @@ def test_differences_are_found_by_kind_and_repaired(
     keep(db, tmp_path)
     assert check(db, tmp_path).equal
     assert cli_verify(db, tmp_path) == 0
+
+
+def overwrites(path: Path, name: str) -> int:
+    """The commits that replaced a Delta table's rows (a snapshot, a keyless repair)."""
+    from deltalake import DeltaTable
+
+    history = DeltaTable(delta.table_path(path, name)).history()
+    return sum(1 for c in history if c.get("operationParameters", {}).get("mode") == "Overwrite")
+
+
+def test_a_lake_whose_slot_was_lost_is_recovered_without_a_new_copy(
+    db: Database, workload: Workload, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload.run(120)
+    keep(db, tmp_path)
+    with pytest.raises(ConfigError, match="exists and is usable"):
+        check(db, tmp_path, recover=True)
+    db.conn.execute("SELECT pg_drop_replication_slot('s1')")
+    workload.run(120)  # changes no slot keeps for the lake
+    copied = {n: overwrites(tmp_path, n) for n in TABLES}
+    args = ["--dsn", db.dsn, "--delta", str(tmp_path), "--publication", "pub", "--slot", "s1"]
+    assert cli_main(["verify", *args, "--recover"]) == 1  # differences found, and repaired
+    out = capsys.readouterr().out
+    assert "DIFFERS" in out and "slot s1 made at" in out
+    slot = db.conn.execute(
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 's1'"
+    ).fetchone()
+    assert slot is not None
+    for name in TABLES:
+        position = delta.position(delta.table_path(tmp_path, name))
+        assert position is not None and position.lsn == lsn_to_int(slot[0]) - 1, name
+    # The pipeline streams on from the new slot, and the lake equals the source. No keyed
+    # table was copied again (the keyless one takes every change by a rewrite anyway).
+    workload.run(80)
+    stats = keep(db, tmp_path)
+    assert stats.inserted + stats.updated + stats.deleted > 0
+    for name in ("public.items", "public.codes"):
+        assert overwrites(tmp_path, name) == copied[name], name
+    report = check(db, tmp_path)
+    assert report.equal, report.summary()
 
 
 def test_verify_while_the_pipeline_runs_and_the_source_writes(

@@ -181,6 +181,7 @@ def verify(
     slot: str = DEFAULT_SLOT,
     tables: Sequence[str] | None = None,
     repair: bool = False,
+    recover: bool = False,
     wait: float = 300.0,
     catch_up: bool = False,
     on_progress: Callable[[str], None] | None = None,
@@ -196,10 +197,12 @@ def verify(
     their source tables, each at the source LSN its table stands at, while the pipeline
     runs (see :mod:`pgwire_cdc.lakehouse.verify`): rows missing, extra and different, by
     key. ``repair=True`` fixes what differs, one commit per table that keeps the table's
-    position. ``catch_up=True``: when no consumer streams ``slot``, run the pipeline first
-    up to the source's snapshot (with ``stream_options``); otherwise verify waits up to
-    ``wait`` seconds for the running pipeline. The other arguments name the tables as
-    :func:`run` does."""
+    position. ``recover=True``: the pipeline's slot is gone or invalidated; each table is
+    repaired to a new snapshot of the source and the slot made there, so the pipeline
+    streams on without a new copy. ``catch_up=True``: when no consumer streams ``slot``,
+    run the pipeline first up to the source's snapshot (with ``stream_options``);
+    otherwise verify waits up to ``wait`` seconds for the running pipeline. The other
+    arguments name the tables as :func:`run` does."""
     _need_target(path, schema)
     sink = DeltaSink(
         path,
@@ -234,6 +237,7 @@ def verify(
         slot=slot,
         tables=tables,
         repair=repair,
+        recover=recover,
         wait=wait,
         catch_up=run_until if catch_up else None,
         on_progress=on_progress,

@@ -172,6 +172,7 @@ def verify(
     spark: SparkSession | None = None,
     tables: Sequence[str] | None = None,
     repair: bool = False,
+    recover: bool = False,
     wait: float = 300.0,
     catch_up: bool = False,
     on_progress: Callable[[str], None] | None = None,
@@ -182,8 +183,9 @@ def verify(
     ``publication`` and ``slot`` with their source tables, each at the source LSN its
     table's current snapshot stands at, while the pipeline runs (see
     :mod:`pgwire_cdc.lakehouse.verify`); ``repair=True`` fixes what differs in one
-    commit per table that keeps its position. ``catch_up=True``: when no consumer streams
-    ``slot``, run the pipeline first up to the source's snapshot."""
+    commit per table that keeps its position; ``recover=True`` repairs each table to a
+    new snapshot of the source and makes the (lost) slot there. ``catch_up=True``: when
+    no consumer streams ``slot``, run the pipeline first up to the source's snapshot."""
     sink = IcebergSink(spark, catalog, namespace, table_name=table_name)
 
     def run_until(lsn: int) -> None:
@@ -206,6 +208,7 @@ def verify(
         slot=slot,
         tables=tables,
         repair=repair,
+        recover=recover,
         wait=wait,
         catch_up=run_until if catch_up else None,
         on_progress=on_progress,

@@ -99,13 +99,17 @@ def refusal(
         )
     if position is None:
         return None
+    back = (
+        "drop the slot and run pgwire-cdc verify --recover to bring the tables to this "
+        f"server's rows and make the slot again without a new copy; or, {new_copy}"
+    )
     horizon = server.left(recorded.timeline)
     if horizon is None:
         return (
             f"{name}: {where} was written on timeline {recorded.timeline}, which the history "
             f"of this server (timeline {now.timeline}) does not pass through: it was restored "
             f"onto another branch of its history, and the table may hold changes the server "
-            f"never had; {new_copy}"
+            f"never had. To follow this server, {back}"
         )
     if position >= horizon:
         edge = (
@@ -116,7 +120,7 @@ def refusal(
         return (
             f"{name}: {where} holds changes up to LSN {int_to_lsn(position)}, past {edge} on "
             "this server: it was restored to an earlier point (point-in-time recovery, a "
-            "replaced volume), and those changes are not in it. Applying the server's "
-            f"changes on top would mix two histories; {new_copy}"
+            "replaced volume), and those changes are not in it: applying the server's "
+            f"changes on top would mix two histories. To follow this server, {back}"
         )
     return None

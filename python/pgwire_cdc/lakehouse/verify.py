@@ -47,10 +47,12 @@ import pyarrow.compute as pc
 from .. import _native, catalog
 from ..errors import ConfigError
 from ..lsn import int_to_lsn, lsn_to_int
+from ..replication import temporary_slot_name
 from ..tables import METADATA_COLUMNS, key_columns, parse_segment_key, table_of, unsliced
 from .format import TableFormat, TablePosition
-from .positions import Mark, txn_id
-from .shape import data_columns, lake_shape
+from .identity import identify
+from .positions import Mark, snapshot_position, txn_id
+from .shape import data_columns, lake_shape, plain_schema
 
 if TYPE_CHECKING:
     from ..streaming import Batch
@@ -108,6 +110,8 @@ class VerifyReport:
 
     lsn: int
     tables: dict[str, TableReport]
+    #: The pipeline's slot ``recover=True`` made, at :attr:`lsn`.
+    slot_made: str | None = None
 
     @property
     def equal(self) -> bool:
@@ -144,6 +148,7 @@ def verify(
     slot: str,
     tables: Sequence[str] | None = None,
     repair: bool = False,
+    recover: bool = False,
     wait: float = 300.0,
     catch_up: Callable[[int], None] | None = None,
     on_progress: Callable[[str], None] | None = None,
@@ -152,7 +157,9 @@ def verify(
     ``slot`` with their source (see the module documentation): every published table, or
     ``tables``. ``wait``: seconds to wait for the pipeline to reach the source snapshot;
     ``catch_up(lsn)``, when given, is called instead when no consumer streams the slot (a
-    run of the pipeline up to ``lsn``). ``repair``: fix the differences found."""
+    run of the pipeline up to ``lsn``). ``repair``: fix the differences found.
+    ``recover``: the pipeline's slot is gone or invalidated: compare with the source as
+    of a new snapshot, repair, and make the slot there (:func:`_recover`)."""
     from ..streaming import StreamOptions, stream
 
     progress = on_progress or (lambda _msg: None)
@@ -168,6 +175,9 @@ def verify(
                     first = publication if isinstance(publication, str) else publication[0]
                     schema = catalog.change_table_schema(conn, first, table)
                     parts.append(lake_shape(schema.empty_table()))
+            if recover:
+                # The temporary slot is still at ``cp``: nothing was streamed on it yet.
+                return _recover(conn, format, snapshot, cp, slot, temporary_slot_name(name), dsn)
             flushed = _wait_for_pipeline(conn, slot, cp, wait, catch_up, progress)
             lake: dict[str, tuple[TablePosition | None, pa.Table | None]] = {}
             for table in sorted(snapshot):
@@ -193,6 +203,75 @@ def verify(
             _repair(format, table, found, source, rows, keys, position, snapshot[table][0])
         report.tables[table] = found
         progress(_line(found))
+    return report
+
+
+def _recover(
+    conn: psycopg.Connection[Any],
+    format: TableFormat,
+    snapshot: dict[str, list[pa.Table]],
+    cp: int,
+    slot: str,
+    snapshot_slot: str,
+    dsn: str,
+) -> VerifyReport:
+    """A lake whose slot is gone (dropped, invalidated) brought back to streaming without
+    a new copy: each table compared with the source snapshot at ``cp`` (none of the
+    pipeline's changes can be told apart any more), repaired to it in one commit that
+    records the snapshot's position (:func:`~pgwire_cdc.lakehouse.positions.
+    snapshot_position`) and the server's source, a table already equal in an empty commit
+    recording the same; then the pipeline's slot is made as a copy of verify's temporary
+    one (``snapshot_slot``, still at ``cp``), so the pipeline streams on from exactly
+    there. A table that cannot be brought there leaves the slot unmade."""
+    from .. import admin
+
+    existing = admin.get_slot(conn, slot)
+    if existing is not None and not existing.invalidated:
+        raise ConfigError(
+            f"the pipeline's slot {slot!r} exists and is usable: verify (repair=True) "
+            "compares the lake as the pipeline keeps it; recover is for a lake whose slot "
+            "is gone or invalidated"
+        )
+    position = snapshot_position(cp)
+    server = identify(dsn).source
+    report = VerifyReport(cp, {})
+    for table in sorted(snapshot):
+        ref = format.ref(table)
+        held, rows = format.pinned(ref)
+        source, keys = _source_at(snapshot[table], [], None, 0)
+        found = compare(table, source, rows, keys)
+        found.lsn = cp
+        report.tables[table] = found
+        if rows is None or held is None:
+            found.not_repaired = "no lake table: copy it (pgwire-cdc resnapshot)"
+            continue
+        reached = held.partial[0] if held.partial is not None else held.lsn
+        if reached is not None and reached >= position:
+            found.not_repaired = (
+                f"it holds changes up to {int_to_lsn(reached)}, past the new slot's start:"
+                " copy it again"
+            )
+            continue
+        mark = Mark(position, None, None, source=server)
+        template = snapshot[table][0]
+        repaired = not found.equal and _repair(
+            format, table, found, source, rows, keys, held, template, mark
+        )
+        if not repaired and found.not_repaired is None:
+            # Equal already: an empty commit records the new position.
+            empty = plain_schema(format.schema(ref)).empty_table()
+            format.write(ref, empty, "append", mark)
+    stuck = [t for t in report.tables.values() if t.not_repaired]
+    if stuck:
+        raise ConfigError(
+            "the slot was not made, since these tables cannot take its changes: "
+            + "; ".join(f"{t.name}: {t.not_repaired}" for t in stuck)
+        )
+    if existing is not None:
+        admin.drop_slot(conn, slot)
+    admin.copy_slot(conn, snapshot_slot, slot)
+    report.slot_made = slot
+    log.info("slot %s made at %s for the recovered lake", slot, int_to_lsn(cp))
     return report
 
 
@@ -460,28 +539,30 @@ def _repair(
     keys: list[str] | None,
     position: TablePosition | None,
     template: pa.Table,
-) -> None:
+    mark: Mark | None = None,
+) -> bool:
     """One commit that makes the lake table equal ``source``, recording the position it
-    had (see the module documentation)."""
+    had (see the module documentation), or ``mark``; whether it committed."""
     ref = format.ref(name)
     now = format.position(ref)
     if position is None or now is None or now.lsn != position.lsn:
         found.not_repaired = "the table took a commit while verify ran: verify again"
-        return
-    # The repair's rows come from the source the table records (verify read them from
-    # the pipeline's server): the commit records that source too.
-    mark = Mark(position.lsn, position.partial, repair=True, source=format.source(ref))
+        return False
+    if mark is None:
+        # The repair's rows come from the source the table records (verify read them
+        # from the pipeline's server): the commit records that source too.
+        mark = Mark(position.lsn, position.partial, repair=True, source=format.source(ref))
     if found.columns_missing or found.columns_extra:
         found.not_repaired = "its columns differ from the source's: copy it again (resnapshot)"
-        return
+        return False
     columns = source.column_names
     if keys is None:
-        if position.lsn is None:
+        if mark.lsn is None:
             found.not_repaired = "the table records no position yet"
-            return
+            return False
         format.write(ref, source, "overwrite", mark)
         found.upserted, found.deleted = found.missing, found.extra
-        return
+        return True
     s_k, l_k = _digests(source, keys), _digests(lake, keys)
     s_d, l_d = (
         _digests(source, columns),
@@ -496,16 +577,17 @@ def _repair(
     ]
     delete = sorted({i for i, k in enumerate(l_k.to_pylist()) if k not in source_keys})
     if not upsert and not delete:
-        return
-    if position.lsn is None:
+        return False
+    if mark.lsn is None:
         found.not_repaired = "the table records no position yet"
-        return
+        return False
     rows = source.take(pa.array(upsert, pa.int64()))
     gone = _as_types(lake.select(columns), source.schema).take(pa.array(delete, pa.int64()))
     changes = _change_table(template, pa.concat_tables([rows, gone]), len(rows))
     stream, _ = _native.reduce_changes(unsliced(changes), columns, keys)
     format.merge(ref, table_of(stream), keys, False, mark, adds=True)
     found.upserted, found.deleted = len(rows), len(gone)
+    return True
 
 
 def _change_table(template: pa.Table, rows: pa.Table, upserts: int) -> pa.Table:
