@@ -307,7 +307,8 @@ def test_the_cli_keeps_iceberg_tables(db: Database, tmp_path: Any) -> None:
 def test_verify_finds_and_repairs_differences(db: Database, workload: Workload, lake: Lake) -> None:
     """``iceberg.verify``: the kept tables compare equal; a row deleted and one altered by
     hand are found by kind and key, ``repair=True`` fixes them without moving the
-    table's position, and the next verify finds nothing."""
+    table's position, and the next verify finds nothing; with the slot dropped,
+    ``recover=True`` makes it again and the pipeline streams on."""
     workload.run(80)
     lake.run()
 
@@ -335,3 +336,13 @@ def test_verify_finds_and_repairs_differences(db: Database, workload: Workload, 
     now = iceberg.position(lake.spark, ref)
     assert now is not None and before is not None and now.lsn == before.lsn
     lake.assert_equal_source()
+    # The slot lost: recovered without a new copy, the pipeline streams on from it.
+    db.conn.execute("SELECT pg_drop_replication_slot('s1')")
+    workload.run(40)
+    recovered = check(recover=True)
+    assert recovered.slot_made == "s1" and not recovered.equal, recovered.summary()
+    workload.run(20)
+    lake.run()
+    lake.assert_equal_source()
+    moved = iceberg.position(lake.spark, ref)
+    assert moved is not None and moved.source is not None and moved.source.database == db.name
