@@ -8,7 +8,8 @@ Each round, on a fresh database of the PostgreSQL 15 cluster: ``pgbench -i -s 3`
 (``publish_via_partition_root``) in odd rounds, as one plain table in even ones;
 ``pgbench_history`` (no key) under REPLICA IDENTITY FULL. Then 40 s of ``pgbench -c 4``
 while ``delta_worker.py`` keeps the four tables, killed after a random 3 to 9 s or at one of
-its own kill points (after a commit, between the tables of one batch, before the ack);
+its own kill points (after a commit, between the tables of one batch, before the ack), or
+having its walsender ended by the server a random moment before the kill (it reconnects);
 then one last run up to the source's WAL position. Every account balance, teller and
 branch and the history's rows (as a multiset) must equal the source.
 
@@ -46,7 +47,7 @@ MINUTES = float(os.environ.get("PGWIRE_CDC_CHAOS_MINUTES", "0"))
 FINAL_RUN = ("--deletion-vectors", "--max-batch-rows", "5000")
 #: The workers log their snapshots, slots and start positions (delta_worker.py).
 WORKER_ENV = {**os.environ, "PGWIRE_CDC_WORKER_LOG": "1"}
-KINDS = ("timed", "committed", "between-tables", "before-ack")
+KINDS = ("timed", "committed", "between-tables", "before-ack", "walsender")
 TABLES = ("pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history")
 
 pytestmark = [
@@ -126,6 +127,19 @@ def positions(path: Path) -> dict[str, list[str]]:
     return out
 
 
+def wait_then_end_walsender(db: Database, worker: subprocess.Popen[bytes], after: float) -> float:
+    """Ends the walsender of slot s1 ``after`` seconds from now unless the worker exited
+    first; returns the seconds waited."""
+    try:
+        worker.wait(timeout=after)
+    except subprocess.TimeoutExpired:
+        db.conn.execute(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+            " WHERE slot_name IN ('s1', 's1_snapshot') AND active_pid IS NOT NULL"
+        )
+    return after
+
+
 def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) -> dict[str, Any]:
     with fresh_database(cluster) as db:
         init = ["-i", "-q", "-s", "3", *(["--partitions", "4"] if layout == "partitions" else [])]
@@ -145,7 +159,7 @@ def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) ->
             kind = rnd.choice(KINDS)
             command = [sys.executable, str(WORKER), db.dsn, str(path), str(2**63 - 1)]
             command += ["--deletion-vectors", "--max-batch-rows", str(rnd.choice((500, 5000)))]
-            if kind != "timed":
+            if kind not in ("timed", "walsender"):
                 command += ["--crash-at", kind, "--nth", str(rnd.randint(1, 12))]
             with open(log, "a") as err:
                 err.write(f"--- run {len(kills)}: {kind}\n")
@@ -153,8 +167,14 @@ def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) ->
                 worker = subprocess.Popen(
                     command, stdout=subprocess.DEVNULL, stderr=err, env=WORKER_ENV
                 )
+                lifetime = rnd.uniform(3, 9)
+                if kind == "walsender":
+                    # The server ends the consumer's walsender (as a failover or an
+                    # operator would) while it streams: the consumer reconnects and goes
+                    # on, acks included; then it is killed like the others.
+                    lifetime -= wait_then_end_walsender(db, worker, rnd.uniform(1, lifetime))
                 try:
-                    worker.wait(timeout=rnd.uniform(3, 9))
+                    worker.wait(timeout=max(lifetime, 0.1))
                 except subprocess.TimeoutExpired:
                     worker.send_signal(signal.SIGKILL)
                     worker.wait()
