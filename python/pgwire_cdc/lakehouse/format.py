@@ -51,6 +51,12 @@ class TablePosition:
     #: under transaction identifiers of their own, :attr:`ordinal_of`).
     partial: tuple[int, int] | None = field(default=None, compare=False)
 
+    @property
+    def reached(self) -> int | None:
+        """The furthest commit LSN the table holds rows of: a cut transaction's, else
+        :attr:`lsn`."""
+        return self.partial[0] if self.partial is not None else self.lsn
+
     def past(self, lsn: int) -> bool:
         """Whether the table holds the commits of a batch at ``lsn`` already."""
         return any(v is not None and v >= lsn for v in (self.lsn, self.progress_lsn))

@@ -217,9 +217,8 @@ class LakehouseSink:
             pos = self._position(ref)
             if pos is None:
                 continue
-            reached = max((v for v in (pos.lsn, pos.partial and pos.partial[0]) if v), default=None)
             where = f"the {self.format.kind} {ref}"
-            reason = refusal(name, where, self.format.source(ref), reached, server)
+            reason = refusal(name, where, self.format.source(ref), pos.reached, server)
             if reason is not None:
                 raise self.format.error(reason)
         self._source = server.source

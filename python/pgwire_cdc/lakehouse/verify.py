@@ -245,7 +245,7 @@ def _recover(
         if rows is None or held is None:
             found.not_repaired = "no lake table: copy it (pgwire-cdc resnapshot)"
             continue
-        reached = held.partial[0] if held.partial is not None else held.lsn
+        reached = held.reached
         if reached is not None and reached >= position:
             found.not_repaired = (
                 f"it holds changes up to {int_to_lsn(reached)}, past the new slot's start:"
