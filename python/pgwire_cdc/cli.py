@@ -369,6 +369,9 @@ class ParquetSink:
     def snapshot_reader(self, dsn: str, options: Any) -> None:
         return None
 
+    def finish(self) -> None:
+        """Every file is written as its batch is applied: nothing is left to do."""
+
     def apply(self, batch: Any) -> int:
         """Writes one file per change table of ``batch``; returns the rows written."""
         import pyarrow.parquet as pq

@@ -72,6 +72,10 @@ class Sink(Protocol):
         """Creates those tables from their change-table schemas."""
         ...
 
+    def finish(self) -> None:
+        """The stream ended (every batch applied and acked)."""
+        ...
+
 
 def source_state(dsn: str, options: StreamOptions) -> tuple[list[str], bool]:
     """The tables the stream will publish ("schema.table"; ``options.tables`` when
@@ -152,4 +156,5 @@ def run(
         batches += 1
         if on_batch is not None:
             on_batch(batch, result)
+    sink.finish()
     return batches

@@ -29,12 +29,22 @@ def python_blocks(page: Path) -> list[str]:
 
 
 BLOCKS = python_blocks(README)
-#: (page relative to the repository, index on the page, code) of every block.
-ALL_BLOCKS = [
-    (page.relative_to(ROOT).as_posix(), index, code)
-    for page in PAGES
-    for index, code in enumerate(python_blocks(page), start=1)
-]
+
+
+def distinct_blocks() -> list[tuple[str, int, str]]:
+    """(page relative to the repository, index on the page, code) of every block, a block
+    printed on several pages once (where it first appears): the same code, run once."""
+    seen: set[str] = set()
+    blocks = []
+    for page in PAGES:
+        for index, code in enumerate(python_blocks(page), start=1):
+            if code not in seen:
+                seen.add(code)
+                blocks.append((page.relative_to(ROOT).as_posix(), index, code))
+    return blocks
+
+
+ALL_BLOCKS = distinct_blocks()
 
 SCHEMA = """
 CREATE TABLE orders (id int PRIMARY KEY, note text);

@@ -45,6 +45,9 @@ class Recorder:
         self.reader_asked.append(options)
         return None
 
+    def finish(self) -> None:
+        self.events.append("finish")
+
     def apply(self, batch: Batch) -> int:
         self.events.append("apply")
         ack = batch._ack
@@ -113,7 +116,9 @@ def test_each_batch_is_applied_its_tables_made_then_acked(db: Database, tables: 
     assert sink.held_asked == [(["public.empty_t", "public.full_t"], False)]
     assert len(sink.reader_asked) == 1
     assert sum(rows for _, rows in seen) == 50
-    steps = per_batch(sink.events)
+    # Once the stream ends, the sink is told so, after the last batch's ack.
+    assert sink.events[-1] == "finish" and sink.events.count("finish") == 1
+    steps = per_batch(sink.events[:-1])
     assert len(steps) == len(seen) > 1
     made = [s for s in steps if "create" in s]
     assert made == [["apply", "missing", "create", "ack", "on_batch"]]

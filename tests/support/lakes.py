@@ -65,18 +65,24 @@ class Lake:
     def __init__(self, kind: str, where: Path) -> None:
         self.kind = kind
         self.format: TableFormat
+        #: The Delta tables' directory.
+        self.where = where / "lake"
         if kind == "memory":
             self.format = MemoryTables()
         else:
             from pgwire_cdc.delta.sink import DeltaTables
 
-            self.format = DeltaTables(where / "lake", deletion_vectors=kind == "delta-rs-dv")
+            self.format = DeltaTables(self.where, deletion_vectors=kind == "delta-rs-dv")
 
-    def sink(self, crash_before: int | None = None) -> LakehouseSink:
-        """A new sink over the same tables (a new process, as after a crash)."""
+    def sink(
+        self, crash_before: int | None = None, as_of_every: float | None = None
+    ) -> LakehouseSink:
+        """A new sink over the same tables (a new process, as after a crash); writing
+        as-of points only when given ``as_of_every``."""
         if crash_before is None:
-            return LakehouseSink(self.format)
-        return LakehouseSink(cast(TableFormat, Crashing(self.format, crash_before)))
+            return LakehouseSink(self.format, as_of_every=as_of_every)
+        crashing = cast(TableFormat, Crashing(self.format, crash_before))
+        return LakehouseSink(crashing, as_of_every=as_of_every)
 
     def rows(self, name: str) -> list[dict[str, Any]]:
         ref = self.format.ref(name)

@@ -124,6 +124,7 @@ def run(
     storage_options: Mapping[str, str] | None = None,
     deletion_vectors: bool | None = None,
     auto_compact: bool = True,
+    as_of_every: float | None = 30.0,
     **stream_options: Any,
 ) -> ApplyStats:
     """Keeps one Delta table per published table under ``path`` until the stream ends
@@ -150,7 +151,9 @@ def run(
     they have.
     ``auto_compact`` (default): after a MERGE by deletion vectors the delta-rs writer
     compacts the table when it has gathered enough small files or deleted rows (see
-    :mod:`~pgwire_cdc.delta.maintain`); False leaves that to :func:`compact`."""
+    :mod:`~pgwire_cdc.delta.maintain`); False leaves that to :func:`compact`.
+    ``as_of_every``: seconds between the as-of points :func:`read` reads all tables at
+    one source LSN by (:mod:`~pgwire_cdc.lakehouse.points`; None: none are written)."""
     _need_target(path, schema)
     sink = DeltaSink(
         path,
@@ -163,6 +166,7 @@ def run(
         table_name=table_name,
         deletion_vectors=deletion_vectors,
         auto_compact=auto_compact,
+        as_of_every=as_of_every,
     )
     options = StreamOptions(
         publication=publication,

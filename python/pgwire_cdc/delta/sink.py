@@ -21,6 +21,7 @@ import pyarrow as pa
 from ..errors import ConfigError, DeltaError
 from ..lakehouse.format import TablePosition
 from ..lakehouse.moved import fill_moved
+from ..lakehouse.points import is_points
 from ..lakehouse.positions import APP_ID, PROGRESS_APP_ID, Commit, Mark, Source
 from ..lakehouse.reshape import DROPPED_PROPERTY, ColumnOp, reshape_rows
 from ..lakehouse.shape import plain_schema
@@ -123,11 +124,12 @@ class DeltaTables:
         mode)."""
         if self.names is not None or self.path is None or not os.path.isdir(self.path):
             return []
-        return sorted(
+        found = (
             unquote(entry.name)
             for entry in os.scandir(self.path)
             if os.path.isdir(os.path.join(entry.path, "_delta_log"))
         )
+        return sorted(name for name in found if not is_points(name))
 
     def _where(self, ref: str) -> str | None:
         """Where the table ``ref`` keeps its files, for delta-rs to read: a path itself,
@@ -186,6 +188,10 @@ class DeltaTables:
 
     def exists(self, ref: str) -> bool:
         return self._open(ref) is not None
+
+    def version(self, ref: str) -> int | None:
+        table = self._open(ref)
+        return None if table is None else int(table.version())
 
     def schema(self, ref: str) -> pa.Schema:
         return plain_schema(pa.schema(self._open(ref).schema().to_arrow()))
@@ -366,6 +372,7 @@ class DeltaSink(LakehouseSink):
         table_name: Callable[[str], str] | None = None,
         deletion_vectors: bool | None = None,
         auto_compact: bool = True,
+        as_of_every: float | None = 30.0,
     ) -> None:
         tables = DeltaTables(
             path,
@@ -378,7 +385,7 @@ class DeltaSink(LakehouseSink):
             deletion_vectors=deletion_vectors,
             auto_compact=auto_compact,
         )
-        super().__init__(tables, on_step)
+        super().__init__(tables, on_step, as_of_every=as_of_every)
         self.path = tables.path
         self.storage_options = tables.storage_options
         self.writer = tables.writer

@@ -10,17 +10,21 @@ once*).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import pyarrow as pa
 
 from ..errors import DeltaError
+from ..lakehouse.points import POINTS, AsOf, NoPoint, choose
 from ..lakehouse.positions import APP_ID, NO_PROGRESS, Source, progress_of, source_of
 from ..lakehouse.shape import plain_schema
 from ..tables import table_of
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def table_path(path: str | os.PathLike[str], name: str) -> str:
@@ -75,6 +79,52 @@ def read_version(table: Any, where: str | None = None) -> pa.Table:
     rows = table_of(QueryBuilder().register("t", table).execute(query))
     # DataFusion reads strings as views; the sink works in the plain types.
     return rows.cast(plain_schema(rows.schema))
+
+
+def read(
+    path: str | os.PathLike[str],
+    tables: Iterable[str] | None = None,
+    *,
+    as_of_lsn: int | None = None,
+    spark: SparkSession | None = None,
+    storage_options: StorageOptions = None,
+) -> AsOf:
+    """The Delta tables of the source tables ``tables`` (None: every table the point
+    holds) under ``path``, all as of one source LSN: each at the version the sink's newest
+    as-of point at or before ``as_of_lsn`` names (None: its newest point), so that they
+    hold exactly the source transactions committed before that point's LSN
+    (:mod:`pgwire_cdc.lakehouse.points`). Returns a dict of source table → rows
+    (``pyarrow.Table``; Spark DataFrames with ``spark``) with ``.lsn``, the point's LSN.
+    Raises :class:`~pgwire_cdc.errors.DeltaError` when no point fits; a version removed
+    by ``VACUUM`` cannot be read (its files are gone)."""
+    from deltalake import DeltaTable
+
+    points_path = table_path(path, POINTS)
+    where = None if as_of_lsn is None else f"lsn <= {int(as_of_lsn)}"
+    if spark is not None:
+        frame = spark.read.format("delta").load(points_path)
+        points = frame.where(where).toArrow() if where else frame.toArrow()
+    else:
+        found = open_table(points_path, storage_options)
+        if found is None:
+            raise DeltaError(
+                f"no as-of points under {base_path(path)}: the sink (delta.run) records them "
+                "as it runs"
+            )
+        points = read_version(found, where)
+    try:
+        lsn, versions = choose(points, tables, as_of_lsn)
+    except NoPoint as e:
+        raise DeltaError(f"{base_path(path)}: {e}") from None
+    out: dict[str, Any] = {}
+    for name, version in versions.items():
+        location = table_path(path, name)
+        if spark is not None:
+            out[name] = spark.read.format("delta").option("versionAsOf", version).load(location)
+        else:
+            table = DeltaTable(location, version=version, storage_options=_options(storage_options))
+            out[name] = read_version(table)
+    return AsOf(lsn, out)
 
 
 @dataclass

@@ -64,7 +64,7 @@ re-exports their public names.
 from __future__ import annotations
 
 from ..lakehouse.stats import ApplyStats
-from .api import apply, maintain, merge_changes, run, table_sql_name, verify
+from .api import apply, maintain, merge_changes, read, run, table_sql_name, verify
 from .catalog import catalog_conf, local_catalog, local_catalog_conf, local_catalog_properties
 from .sink import DEFAULT_PROPERTIES, IcebergSink, IcebergTables
 from .table import LSN_KEY, PARTIAL_KEY, PROGRESS_KEY, Position, position, read_table, table_ref
@@ -86,6 +86,7 @@ __all__ = [
     "maintain",
     "merge_changes",
     "position",
+    "read",
     "read_table",
     "run",
     "table_ref",

@@ -1,7 +1,8 @@
 """The public ways into the Iceberg sink: :func:`run` (a stream kept in Iceberg tables),
 :func:`apply` (one batch), :func:`merge_changes` (a DataFrame of changes, for Spark's
 ``foreachBatch``), :func:`maintain` (compaction and snapshot expiry that keep the
-position) and :func:`verify` (the tables compared with their source)."""
+position), :func:`verify` (the tables compared with their source) and :func:`read` (every
+table as of one source LSN)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..errors import ConfigError
+from ..errors import ConfigError, IcebergError
 from ..lakehouse.changes import batch_lsn, change_rows, run_counted
-from ..lakehouse.sql import quote_name, split_name, sql_string
+from ..lakehouse.points import POINTS, AsOf, NoPoint, choose
+from ..lakehouse.sql import default_table_name, quote_name, split_name, sql_string
 from ..lakehouse.stats import ApplyStats
 from ..lakehouse.verify import VerifyReport
 from ..lakehouse.verify import verify as verify_lake
 from ..streaming import DEFAULT_PUBLICATION, DEFAULT_SLOT, StreamOptions
 from .sink import IcebergSink
-from .table import LSN_KEY, PARTIAL_KEY
+from .table import LSN_KEY, PARTIAL_KEY, exists, table_ref
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,6 +41,7 @@ def run(
     properties: Mapping[str, str] | None = None,
     on_batch: Callable[[IcebergSink, Batch, ApplyStats], None] | None = None,
     on_step: Callable[[str], None] | None = None,
+    as_of_every: float | None = 30.0,
     **stream_options: Any,
 ) -> ApplyStats:
     """Keeps one Iceberg table per published table in ``catalog.namespace`` (a catalog
@@ -47,9 +50,16 @@ def run(
     committed before it is acked; ``on_batch`` is called after each one. Source table
     ``s.t`` becomes ``s_t`` in lower case (every character other than ``a-z``, ``0-9``
     and ``_`` written ``_``), or ``table_name("s.t")``; tables created get ``properties``
-    over :data:`~pgwire_cdc.iceberg.DEFAULT_PROPERTIES`."""
+    over :data:`~pgwire_cdc.iceberg.DEFAULT_PROPERTIES`. ``as_of_every``: seconds between
+    the as-of points that :func:`read` reads by (None: none)."""
     sink = IcebergSink(
-        spark, catalog, namespace, table_name=table_name, properties=properties, on_step=on_step
+        spark,
+        catalog,
+        namespace,
+        table_name=table_name,
+        properties=properties,
+        on_step=on_step,
+        as_of_every=as_of_every,
     )
     options = StreamOptions(
         publication=publication,
@@ -213,3 +223,45 @@ def verify(
         catch_up=run_until if catch_up else None,
         on_progress=on_progress,
     )
+
+
+def read(
+    spark: SparkSession,
+    catalog: str,
+    namespace: str,
+    tables: Iterable[str] | None = None,
+    *,
+    as_of_lsn: int | None = None,
+    table_name: Callable[[str], str] | None = None,
+) -> AsOf:
+    """The Iceberg tables of the source tables ``tables`` (None: every table the point
+    holds) in ``catalog.namespace``, all as of one source LSN: each at the snapshot the
+    sink's newest as-of point at or before ``as_of_lsn`` names (None: its newest point),
+    so that they hold exactly the source transactions committed before that point's LSN
+    (:mod:`pgwire_cdc.lakehouse.points`). Returns a dict of source table → Spark DataFrame
+    with ``.lsn``, the point's LSN. Raises :class:`~pgwire_cdc.errors.IcebergError` when
+    no point fits; a snapshot expired since cannot be read."""
+    from pyspark.sql import functions as F
+
+    naming = table_name or default_table_name
+    points_ref = table_ref(catalog, namespace, POINTS, naming)
+    if not exists(spark, points_ref):
+        raise IcebergError(
+            f"no as-of points in {catalog}.{namespace}: the sink (iceberg.run) records them "
+            "as it runs"
+        )
+    frame = spark.table(points_ref)
+    if as_of_lsn is not None:
+        frame = frame.where(F.col("lsn") <= F.lit(int(as_of_lsn)))
+    try:
+        lsn, versions = choose(frame.toArrow(), tables, as_of_lsn)
+    except NoPoint as e:
+        raise IcebergError(f"{catalog}.{namespace}: {e}") from None
+    out: dict[str, Any] = {}
+    for name, snapshot in versions.items():
+        ref = table_ref(catalog, namespace, name, naming)
+        if snapshot < 0:  # no snapshot yet at the point: the table was empty
+            out[name] = spark.table(ref).limit(0)
+        else:
+            out[name] = spark.sql(f"SELECT * FROM {ref} VERSION AS OF {int(snapshot)}")
+    return AsOf(lsn, out)

@@ -37,6 +37,7 @@ from .merge import applied, key_bounds, merge_statement, row_kinds
 from .table import (
     SNAPSHOT_PROPERTY,
     Position,
+    current_snapshot,
     exists,
     pinned_position,
     position,
@@ -155,6 +156,12 @@ class IcebergTables:
         else:
             self._existing.discard(ref)
         return found
+
+    def version(self, ref: str) -> int | None:
+        """The table's current snapshot id (its ``main`` branch), -1 before its first."""
+        if not self.exists(ref):
+            return None
+        return current_snapshot(self.spark, ref)
 
     def schema(self, ref: str) -> pa.Schema:
         from pyspark.sql.pandas.types import to_arrow_type
@@ -405,11 +412,12 @@ class IcebergSink(LakehouseSink):
         table_name: Callable[[str], str] | None = None,
         properties: Mapping[str, str] | None = None,
         on_step: Callable[[str], None] | None = None,
+        as_of_every: float | None = 30.0,
     ) -> None:
         tables = IcebergTables(
             spark, catalog, namespace, table_name=table_name, properties=properties
         )
-        super().__init__(tables, on_step)
+        super().__init__(tables, on_step, as_of_every=as_of_every)
         self.spark = tables.spark
         self.catalog = catalog
         self.namespace = namespace

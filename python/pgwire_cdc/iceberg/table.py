@@ -162,10 +162,9 @@ def pinned_position(spark: SparkSession, ref: str) -> tuple[Position, int | None
     snapshot's id (None: the table has no snapshot yet); None without table."""
     if not exists(spark, ref):
         return None
-    heads = spark.sql(f"SELECT snapshot_id FROM {ref}.refs WHERE name = 'main'").collect()
-    if not heads:
+    head = current_snapshot(spark, ref)
+    if head < 0:
         return Position(None), None
-    head = heads[0]["snapshot_id"]
     keys = ", ".join(f"'{k}'" for k in SUMMARY_KEYS)
     snapshots = spark.sql(
         f"SELECT snapshot_id, parent_id, map_filter(summary, (k, v) -> k IN ({keys})) AS s "
@@ -180,6 +179,13 @@ def pinned_position(spark: SparkSession, ref: str) -> tuple[Position, int | None
             return Position.from_summary(summary), head
         current = row["parent_id"]
     return Position(None), head
+
+
+def current_snapshot(spark: SparkSession, ref: str) -> int:
+    """The id of the snapshot the existing Iceberg table ``ref``'s ``main`` branch stands
+    at, -1 while it has none."""
+    heads = spark.sql(f"SELECT snapshot_id FROM {ref}.refs WHERE name = 'main'").collect()
+    return int(heads[0]["snapshot_id"]) if heads else -1
 
 
 def read_table(catalog: Any, identifier: str, row_filter: str | None = None) -> pa.Table:

@@ -120,6 +120,12 @@ class TableFormat(Protocol):
 
     def exists(self, ref: str) -> bool: ...
 
+    def version(self, ref: str) -> int | None:
+        """The table's current version, as the format's readers travel back to it (a
+        Delta table version, an Iceberg snapshot id; -1: a table without any yet), None
+        without a table (:mod:`~pgwire_cdc.lakehouse.points`)."""
+        ...
+
     def create(self, ref: str, schema: pa.Schema) -> None:
         """An empty table of ``schema`` (data columns only)."""
         ...

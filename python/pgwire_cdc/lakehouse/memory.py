@@ -21,6 +21,7 @@ from ..errors import Error
 from ..lsn import int_to_lsn
 from .format import TablePosition
 from .moved import fill_moved
+from .points import is_points
 from .positions import NO_PROGRESS, Mark, Source
 from .reshape import DROPPED_PROPERTY, ColumnOp, reshape_rows
 from .sql import source_columns
@@ -72,6 +73,8 @@ class MemoryTables:
         self.tables: dict[str, MemoryTable] = {}
         #: Every commit, in order.
         self.log: list[LoggedCommit] = []
+        # The rows of each version :meth:`version` has named, by (reference, version).
+        self._versions: dict[tuple[str, int], pa.Table] = {}
 
     # -- what tests look at --------------------------------------------------------
 
@@ -81,6 +84,11 @@ class MemoryTables:
 
     def commits(self, ref: str | None = None) -> list[LoggedCommit]:
         return [c for c in self.log if ref is None or c.ref == ref]
+
+    def at(self, ref: str, version: int) -> pa.Table:
+        """The rows of ``ref`` at a version :meth:`version` named (as a format's reader
+        travels back to it)."""
+        return self._versions[(ref, version)]
 
     def _commit(self, entry: LoggedCommit) -> None:
         self.log.append(entry)
@@ -105,7 +113,7 @@ class MemoryTables:
         return "in memory"
 
     def found_tables(self) -> list[str]:
-        return sorted(self.tables)
+        return sorted(name for name in self.tables if not is_points(name))
 
     def position(self, ref: str) -> TablePosition | None:
         table = self.tables.get(ref)
@@ -128,6 +136,15 @@ class MemoryTables:
 
     def exists(self, ref: str) -> bool:
         return ref in self.tables
+
+    def version(self, ref: str) -> int | None:
+        """The number of commits to ``ref`` less one (its creation is version 0, as in
+        Delta); the rows of that version are kept for :meth:`at`."""
+        if ref not in self.tables:
+            return None
+        version = len(self.commits(ref)) - 1
+        self._versions[(ref, version)] = self.tables[ref].table()
+        return version
 
     def create(self, ref: str, schema: pa.Schema) -> None:
         self._commit(LoggedCommit(ref, "create"))

@@ -30,6 +30,10 @@ Per batch:
   identity`): every commit records the PostgreSQL cluster, timeline and database its rows
   come from; a table written from another source, or holding changes the server's WAL
   does not (a server restored to an earlier point), is refused before anything streams.
+* **As-of points** (:mod:`~pgwire_cdc.lakehouse.points`): after a batch that ends between
+  two source transactions, at most every ``as_of_every`` seconds and when a run ends
+  (:meth:`LakehouseSink.finish`), the version of every complete table at the batch's LSN,
+  so that all tables can be read as of one source LSN.
 
 The positions read from the tables are kept between batches, as committed; a new
 snapshot forgets them.
@@ -38,7 +42,9 @@ snapshot forgets them.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +63,7 @@ from ..tables import (
 )
 from .format import TableFormat, TablePosition
 from .identity import Server, refusal
+from .points import POINTS, POINTS_SCHEMA, is_points, point_rows
 from .positions import NO_PROGRESS, Mark, Source, marks, snapshot_position, txn_id, unapplied
 from .reshape import DROPPED_PROPERTY, column_ops
 from .shape import data_columns, lake_shape, plain_schema
@@ -156,10 +163,18 @@ def interleave(
 
 class LakehouseSink:
     """The tables of one stream in one table ``format`` (see the module documentation).
-    ``on_step("committed")`` is called after each commit."""
+    ``on_step("committed")`` is called after each commit. ``as_of_every``: seconds between
+    two as-of points at least (None: none are written)."""
 
-    def __init__(self, format: TableFormat, on_step: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        format: TableFormat,
+        on_step: Callable[[str], None] | None = None,
+        *,
+        as_of_every: float | None = 30.0,
+    ) -> None:
         self.format = format
+        self.as_of_every = as_of_every
         self._on_step = on_step or (lambda _step: None)
         # Tables the initial snapshot in progress has written (their first part replaced
         # the table; later parts append).
@@ -177,6 +192,13 @@ class LakehouseSink:
         self._progress: dict[str, Any] = {}
         # The source the stream reads (check_source), recorded by every commit.
         self._source: Source | None = None
+        # As-of points: every source table met (its reference), the version of each table
+        # as last looked up (dropped at each commit to it), when the last point was
+        # written, and the LSN of the last batch when a point may stand there.
+        self._refs: dict[str, str] = {}
+        self._versions: dict[str, int | None] = {}
+        self._point_written: float | None = None
+        self._point_lsn: int | None = None
 
     # -- the pipeline's Sink protocol ------------------------------------------------
 
@@ -190,7 +212,7 @@ class LakehouseSink:
         nothing, the rows from before the slot was made missing."""
         held: dict[str, Any] = {}
         for name in sorted(set(published or ()) | set(self.format.found_tables())):
-            ref = self.format.ref(name)
+            ref = self._ref(name)
             pos = self._position(ref)
             if pos is None:
                 continue
@@ -213,7 +235,7 @@ class LakehouseSink:
         source or holds changes the server's WAL does not; from now on every commit
         records the server's source."""
         for name in sorted(set(published) | set(self.format.found_tables())):
-            ref = self.format.ref(name)
+            ref = self._ref(name)
             pos = self._position(ref)
             if pos is None:
                 continue
@@ -243,7 +265,7 @@ class LakehouseSink:
         def read(snapshot: str, consistent_point: int, names: list[str]) -> None:
             lsn = snapshot_position(consistent_point)
             for name in names:
-                ref = self.format.ref(name)
+                ref = self._ref(name)
                 current = self._position(ref)
                 self._check_not_ahead(name, ref, current, lsn)
                 newer = current is None or current.lsn is None or lsn > current.lsn
@@ -262,7 +284,7 @@ class LakehouseSink:
         """Makes the tables of ``schemas`` (change-table schemas, by source table) that
         do not exist yet, with the change tables' data columns."""
         for name, schema in schemas.items():
-            ref = self.format.ref(name)
+            ref = self._ref(name)
             if not self.format.exists(ref):
                 data = pa.schema([f for f in schema if f.name not in METADATA_COLUMNS])
                 self.format.create(ref, lake_shape(data.empty_table()).schema)
@@ -280,6 +302,7 @@ class LakehouseSink:
             self._snapshot_written, self._prewritten = self._prewritten, set()
             self.missing = []
             self._positions = {}
+            self._versions = {}
             self._progress = {name: None for name in self._snapshot_written}
         groups = segments(batch.tables)
         ddl = ddl_steps(batch.schema_changes)
@@ -290,7 +313,7 @@ class LakehouseSink:
                 for changes in parts:
                     self._snapshot_part(name, changes, stats)
                 continue
-            ref = self.format.ref(name)
+            ref = self._ref(name)
             items = interleave(parts, ddl.get(name, []))
             for i, item in enumerate(items):
                 if isinstance(item, pa.Table):
@@ -313,7 +336,7 @@ class LakehouseSink:
         for name in batch.snapshot_progress:
             if groups.get(name):
                 continue
-            ref = self.format.ref(name)
+            ref = self._ref(name)
             if batch.snapshot:
                 if name not in self._snapshot_written:
                     self._empty_for_snapshot(name, ref)
@@ -323,7 +346,14 @@ class LakehouseSink:
                 progress = batch.snapshot_progress[name]
                 if self._progress.get(name, NO_PROGRESS) != progress:
                     self._record_progress(name, ref, progress, batch.lsn, stats)
+        self._after_batch(batch)
         return stats
+
+    def finish(self) -> None:
+        """The stream ended: an as-of point at the last batch when one may stand there
+        and none does yet."""
+        if self.as_of_every is not None:
+            self._write_point()
 
     def apply_table(self, ref: str, changes: pa.Table, lsn: int) -> ApplyStats:
         """Commits one change table to the table ``ref``, skipping the rows at or below
@@ -340,9 +370,17 @@ class LakehouseSink:
             self._positions[ref] = self.format.position(ref)
         return self._positions[ref]
 
+    def _ref(self, name: str) -> str:
+        """The reference of the source table ``name``'s table, the table remembered for
+        the as-of points."""
+        ref = self.format.ref(name)
+        self._refs[name] = ref
+        return ref
+
     def _committed(self, ref: str, mark: Mark | None) -> None:
         """The table ``ref`` took a commit recording ``mark`` (None: recording nothing,
         which a format may still have recorded as the table's latest: read it again)."""
+        self._versions.pop(ref, None)
         if mark is None:
             self._positions.pop(ref, None)
         else:
@@ -411,6 +449,7 @@ class LakehouseSink:
         if "drop_table" in kinds:
             if self.format.exists(ref):
                 self.format.mark_dropped(ref, first.lsn)
+                self._versions.pop(ref, None)
                 self._on_step("committed")
             log.warning(
                 "%s was dropped at the source (%s at LSN %s): its %s is kept as it was, marked %s",
@@ -470,6 +509,7 @@ class LakehouseSink:
             return
         self.format.record_progress(ref, lsn, progress)
         self._positions.pop(ref, None)
+        self._versions.pop(ref, None)
         self._progress[name] = progress
         stats.commits += 1
         self._on_step("committed")
@@ -541,6 +581,57 @@ class LakehouseSink:
         # In the table's column order: a writer may take the changes' columns by position.
         order = held.names if set(held.names) == set(data_columns(changes)) else None
         return changes.select([*(order or data_columns(changes)), *METADATA_COLUMNS])
+
+    # -- as-of points --------------------------------------------------------------------
+
+    def _after_batch(self, batch: Batch) -> None:
+        """After a batch's commits: a point may stand at its LSN when it is no initial
+        snapshot's and cut no transaction in two; one is written when the last is
+        ``as_of_every`` seconds old."""
+        if self.as_of_every is None:
+            return
+        if batch.snapshot or not between_transactions(batch):
+            self._point_lsn = None
+            return
+        self._point_lsn = batch.lsn
+        written = self._point_written
+        if written is None or time.monotonic() - written >= self.as_of_every:
+            self._write_point()
+
+    def _write_point(self) -> None:
+        """Appends the point at :attr:`_point_lsn` (when one may stand there) to the points
+        table: the version of every table met whose copy is complete."""
+        lsn, self._point_lsn = self._point_lsn, None
+        if lsn is None:
+            return
+        versions: dict[str, int] = {}
+        for name, ref in sorted(self._refs.items()):
+            if is_points(name) or isinstance(self._progress.get(name), list):
+                continue  # a copy under way: the table is not yet the source's
+            if ref not in self._versions:
+                self._versions[ref] = self.format.version(ref)
+            version = self._versions[ref]
+            if version is not None:
+                versions[name] = version
+        if not versions:
+            return
+        ref = self.format.ref(POINTS)
+        if not self.format.exists(ref):
+            self.format.create(ref, POINTS_SCHEMA)
+        rows = point_rows(lsn, versions, dt.datetime.now(dt.timezone.utc))
+        self.format.write(ref, rows, "append", None)
+        self._point_written = time.monotonic()
+        self._on_step("committed")
+
+
+def between_transactions(batch: Batch) -> bool:
+    """Whether ``batch`` ends between two source transactions: none of its rows or DDL
+    belongs to a transaction committing at or past the batch's LSN (a transaction the
+    batch cut in two, to be continued by the next one)."""
+    for changes in batch.tables.values():
+        if changes.num_rows and pc.max(changes["_commit_lsn"]).as_py() >= batch.lsn:
+            return False
+    return all(c.commit_lsn is None or c.commit_lsn < batch.lsn for c in batch.schema_changes)
 
 
 def _as_then(
