@@ -23,6 +23,7 @@ from conftest import ICEBERG_CATALOG, Database
 from live.test_stream import current_lsn
 from pgwire_cdc import iceberg
 from pgwire_cdc.errors import ConfigError
+from support import bank
 from support.spark_modes import SPARK_MODES
 from support.stream_workload import SCHEMA, TABLES, Workload, norm, source_rows
 
@@ -346,3 +347,31 @@ def test_verify_finds_and_repairs_differences(db: Database, workload: Workload, 
     lake.assert_equal_source()
     moved = iceberg.position(lake.spark, ref)
     assert moved is not None and moved.source is not None and moved.source.database == db.name
+
+
+def test_every_table_read_as_of_one_point(db: Database, lake: Lake) -> None:
+    """``iceberg.read``: money moving between two tables (``support.bank``), kept in a few
+    batches, one of them cut inside a transaction: every point reads as one moment of the
+    source, and the newest one as the source once the run ends."""
+    db.conn.execute(bank.SCHEMA)
+    lake.run(as_of_every=0)
+    transfers = bank.Transfers(db.dsn, seed=5, count=8)
+    transfers.start()
+    transfers.join()
+    assert transfers.error is None
+    lake.run(as_of_every=0, max_batch_rows=40)
+    points = lake.spark.table(lake.ref("_pgwire_cdc.points")).toArrow()
+    lsns = sorted(set(points["lsn"].to_pylist()))
+    assert len(lsns) >= 2  # the initial copy's batches make none
+    for lsn in lsns:
+        frames = iceberg.read(lake.spark, ICEBERG_CATALOG, lake.namespace, as_of_lsn=lsn)
+        assert frames.lsn == lsn and set(frames) == set(bank.TABLES)
+        bank.balanced({name: df.toArrow().to_pylist() for name, df in frames.items()})
+    latest = iceberg.read(lake.spark, ICEBERG_CATALOG, lake.namespace, bank.TABLES)
+    now = bank.source_rows(db.conn)
+    for name in bank.TABLES:
+        assert rows_of(latest[name].toArrow()) == rows_of_dicts(now[name]), name
+
+
+def rows_of_dicts(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return sorted((tuple(norm(v) for v in row.values()) for row in rows), key=repr)

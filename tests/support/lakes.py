@@ -10,9 +10,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, cast
 
+import pyarrow.compute as pc
 from pgwire_cdc.lakehouse.format import TableFormat
 from pgwire_cdc.lakehouse.memory import MemoryTables
 from pgwire_cdc.lakehouse.sink import LakehouseSink
+from pgwire_cdc.streaming import Batch
 
 from support.pgoutput import Source
 
@@ -107,6 +109,13 @@ class Lake:
 
 
 LAKES = ("memory", "delta-rs-dv", "delta-rs")
+
+
+def cuts(batch: Batch) -> bool:
+    """Whether ``batch`` ends inside a transaction (rows committing at or past its LSN)."""
+    return any(
+        t.num_rows and pc.max(t["_commit_lsn"]).as_py() >= batch.lsn for t in batch.tables.values()
+    )
 
 
 def assert_equal(lake: Lake, src: Source, *names: str) -> None:

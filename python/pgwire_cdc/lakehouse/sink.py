@@ -30,10 +30,11 @@ Per batch:
   identity`): every commit records the PostgreSQL cluster, timeline and database its rows
   come from; a table written from another source, or holding changes the server's WAL
   does not (a server restored to an earlier point), is refused before anything streams.
-* **As-of points** (:mod:`~pgwire_cdc.lakehouse.points`): after a batch that ends between
-  two source transactions, at most every ``as_of_every`` seconds and when a run ends
-  (:meth:`LakehouseSink.finish`), the version of every complete table at the batch's LSN,
-  so that all tables can be read as of one source LSN.
+* **As-of points** (:mod:`~pgwire_cdc.lakehouse.points`): after a batch, at most every
+  ``as_of_every`` seconds and when a run ends (:meth:`LakehouseSink.finish`), the version
+  of every complete table that holds the source exactly up to the batch's LSN: the
+  table's newest version, or for a table with rows of the transaction the batch cut in
+  two, its version from before that transaction's first rows.
 
 The positions read from the tables are kept between batches, as committed; a new
 snapshot forgets them.
@@ -199,6 +200,10 @@ class LakehouseSink:
         self._versions: dict[str, int | None] = {}
         self._point_written: float | None = None
         self._point_lsn: int | None = None
+        # Per table reference holding rows of a transaction a batch cut in two: that
+        # transaction's commit LSN, and the table's version from before its first rows
+        # (None: not known, as when they were committed before this process started).
+        self._cut: dict[str, tuple[int, int | None]] = {}
 
     # -- the pipeline's Sink protocol ------------------------------------------------
 
@@ -314,6 +319,7 @@ class LakehouseSink:
                     self._snapshot_part(name, changes, stats)
                 continue
             ref = self._ref(name)
+            self._note_cut(ref, parts, batch.lsn)
             items = interleave(parts, ddl.get(name, []))
             for i, item in enumerate(items):
                 if isinstance(item, pa.Table):
@@ -400,7 +406,7 @@ class LakehouseSink:
     # -- the initial snapshot ----------------------------------------------------------
 
     def _snapshot_part(self, name: str, changes: pa.Table, stats: ApplyStats) -> None:
-        ref = self.format.ref(name)
+        ref = self._ref(name)
         rows = lake_shape(changes).select(data_columns(changes))
         stats.inserted += rows.num_rows
         if name in self._snapshot_written:
@@ -481,6 +487,7 @@ class LakehouseSink:
         # transaction committed earlier.
         mark = Mark(current.lsn, place) if place[1] >= 0 else Mark(place[0] - 1)
         mark = self._sourced(mark)
+        self._before_partial(ref, mark, current)
         self.format.reshape(ref, name, ops, mark)
         stats.commits += 1
         self._committed(ref, mark)
@@ -546,6 +553,7 @@ class LakehouseSink:
         self, name: str, ref: str, changes: pa.Table, mark: Mark, stats: ApplyStats
     ) -> None:
         """One commit of ``changes`` (past the table's position) recording ``mark``."""
+        self._before_partial(ref, mark, self._position(ref))
         changes = lake_shape(changes)
         keys = key_columns(changes)
         if not self.format.exists(ref):
@@ -584,23 +592,53 @@ class LakehouseSink:
 
     # -- as-of points --------------------------------------------------------------------
 
-    def _after_batch(self, batch: Batch) -> None:
-        """After a batch's commits: a point may stand at its LSN when it is no initial
-        snapshot's and cut no transaction in two; one is written when the last is
-        ``as_of_every`` seconds old."""
+    def _point_due(self) -> bool:
+        written = self._point_written
+        return written is None or time.monotonic() - written >= (self.as_of_every or 0.0)
+
+    def _note_cut(self, ref: str, parts: list[pa.Table], lsn: int) -> None:
+        """Notes the transaction a batch at ``lsn`` cut in two when the table has rows of
+        it (its commit LSN at or past ``lsn``; only the batch's last transaction can be)."""
         if self.as_of_every is None:
             return
-        if batch.snapshot or not between_transactions(batch):
-            self._point_lsn = None
+        last = max(
+            (int(pc.max(p["_commit_lsn"]).as_py()) for p in parts if p.num_rows), default=None
+        )
+        if last is not None and last >= lsn and self._cut.get(ref, (None,))[0] != last:
+            self._cut[ref] = (last, None)
+
+    def _before_partial(self, ref: str, mark: Mark, current: TablePosition | None) -> None:
+        """Before the table's first commit of rows of a transaction the batch cut in two:
+        its version, which holds the source up to the batch's LSN, when a point is due."""
+        cut = self._cut.get(ref)
+        if mark.partial is None or cut is None or cut[1] is not None or not self._point_due():
             return
+        commit = mark.partial[0]
+        if commit != cut[0] or current is None:
+            return
+        if current.ordinal_of(txn_id(commit)) is not None:
+            return  # rows of it committed before: no version without them is known
+        version = self._versions.get(ref) if ref in self._versions else self.format.version(ref)
+        self._cut[ref] = (commit, version)
+
+    def _after_batch(self, batch: Batch) -> None:
+        """After a batch's commits: a point may stand at its LSN; one is written when the
+        last is ``as_of_every`` seconds old. The initial snapshot's tables are complete
+        only once its last batch is in: the point at its LSN is written when the run ends
+        (every batch of a snapshot comes before the stream can end), unless the next
+        batch's point replaces it."""
+        if self.as_of_every is None:
+            return
+        self._cut = {ref: cut for ref, cut in self._cut.items() if cut[0] >= batch.lsn}
         self._point_lsn = batch.lsn
-        written = self._point_written
-        if written is None or time.monotonic() - written >= self.as_of_every:
+        if not batch.snapshot and self._point_due():
             self._write_point()
 
     def _write_point(self) -> None:
-        """Appends the point at :attr:`_point_lsn` (when one may stand there) to the points
-        table: the version of every table met whose copy is complete."""
+        """Appends the point at :attr:`_point_lsn` to the points table: the version of
+        every table met whose copy is complete, as it stood at that LSN. No point when a
+        table's version there is not known (rows of a cut transaction committed before
+        this process started)."""
         lsn, self._point_lsn = self._point_lsn, None
         if lsn is None:
             return
@@ -608,6 +646,12 @@ class LakehouseSink:
         for name, ref in sorted(self._refs.items()):
             if is_points(name) or isinstance(self._progress.get(name), list):
                 continue  # a copy under way: the table is not yet the source's
+            cut = self._cut.get(ref)
+            if cut is not None:
+                if cut[1] is None:
+                    return
+                versions[name] = cut[1]
+                continue
             if ref not in self._versions:
                 self._versions[ref] = self.format.version(ref)
             version = self._versions[ref]
@@ -622,16 +666,6 @@ class LakehouseSink:
         self.format.write(ref, rows, "append", None)
         self._point_written = time.monotonic()
         self._on_step("committed")
-
-
-def between_transactions(batch: Batch) -> bool:
-    """Whether ``batch`` ends between two source transactions: none of its rows or DDL
-    belongs to a transaction committing at or past the batch's LSN (a transaction the
-    batch cut in two, to be continued by the next one)."""
-    for changes in batch.tables.values():
-        if changes.num_rows and pc.max(changes["_commit_lsn"]).as_py() >= batch.lsn:
-            return False
-    return all(c.commit_lsn is None or c.commit_lsn < batch.lsn for c in batch.schema_changes)
 
 
 def _as_then(
