@@ -3,8 +3,8 @@ two tables (``support.bank``) while ``delta.run`` keeps them, in batches small e
 cut transactions in two; every table read as of every point the sink recorded holds the
 invariants of one moment of the source (the balances sum to the total, each balance is
 what the ledger says), the newest point equals the source once the run ends, and a cut
-batch made no point. With the delta-rs writer (read back by delta-rs) and with the Spark
-writer (read back by Spark and by delta-rs)."""
+batch still made one. The Spark writer's points, read by Spark: test_delta.py's
+``test_spark_writer_tables_equal_source``."""
 
 from __future__ import annotations
 
@@ -78,28 +78,3 @@ def test_every_point_is_one_moment_of_the_source(db: Database, tmp_path: Path) -
     assert delta.read(tmp_path, ["public.ledger"], as_of_lsn=lsns[1] + 1).lsn == lsns[1]
     with pytest.raises(DeltaError, match="no as-of point"):
         delta.read(tmp_path, ["public.nope"])
-
-
-@pytest.mark.timeout(600)
-def test_the_spark_writer_records_points_spark_reads(
-    db: Database, tmp_path: Path, spark: Any
-) -> None:
-    db.conn.execute(SCHEMA)
-    # Few batches: each is a Spark MERGE per table.
-    transfers = Transfers(db.dsn, seed=4, count=8)
-    ends = keep(db, tmp_path, transfers, max_batch_rows=40, writer="spark", spark=spark)
-    assert len(ends) >= 2
-    lsns = point_lsns(tmp_path)
-    assert len(lsns) >= 2
-    for lsn in lsns:
-        got = delta.read(tmp_path, as_of_lsn=lsn)
-        balanced({name: table.to_pylist() for name, table in got.items()})
-    # Spark reads the same versions (versionAsOf) as DataFrames.
-    for lsn in (lsns[0], lsns[-1]):
-        frames = delta.read(tmp_path, TABLES, as_of_lsn=lsn, spark=spark)
-        assert frames.lsn == lsn
-        balanced({name: [r.asDict() for r in df.collect()] for name, df in frames.items()})
-    now = source_rows(db.conn)
-    latest = delta.read(tmp_path, TABLES)
-    for name in TABLES:
-        assert multiset(latest[name].to_pylist()) == multiset(now[name]), name

@@ -225,6 +225,16 @@ def test_spark_writer_tables_equal_source(
         assert props.get("delta.enableDeletionVectors") == "true", name
         rows = spark.read.format("delta").load(path).count()
         assert rows == len(source_rows(db.conn, name)), name
+    # The as-of points the Spark writer records: every table at the run's last batch, read
+    # by delta-rs and by Spark (versionAsOf) at the versions the newest point names.
+    at = delta.read(tmp_path, TABLES)
+    frames = delta.read(tmp_path, TABLES, spark=spark)
+    assert frames.lsn == at.lsn
+    for name in TABLES:
+        want = source_rows(db.conn, name)
+        got = sorted((tuple(norm(v) for v in r.values()) for r in at[name].to_pylist()), key=repr)
+        assert got == want, name
+        assert frames[name].count() == len(want), name
 
 
 @pytest.mark.parametrize("writer", list(SPARK_MODE_OF))
