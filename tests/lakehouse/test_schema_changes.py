@@ -18,8 +18,14 @@ from collections.abc import Callable
 
 import pyarrow as pa
 import pytest
-from pgwire_cdc.lakehouse.reshape import DROPPED_PROPERTY, ColumnOp, column_ops, reshape_rows
-from pgwire_cdc.lakehouse.sink import interleave
+from pgwire_cdc.lakehouse.reshape import (
+    DROPPED_PROPERTY,
+    ColumnOp,
+    column_ops,
+    dropped_name,
+    reshape_rows,
+)
+from pgwire_cdc.lakehouse.sink import LakehouseSink, interleave
 from pgwire_cdc.lsn import int_to_lsn
 from pgwire_cdc.schema_changes import changes_of
 from pgwire_cdc.streaming import Batch
@@ -98,6 +104,42 @@ def test_drop_column_then_add_one_of_the_same_name(lake: Lake) -> None:
         **dict.fromkeys(range(1, 6)),
         6: "new",
     }
+
+
+def test_a_dropped_column_kept_under_its_dropped_name(lake: Lake) -> None:
+    """``keep_dropped_columns``: the column stays, renamed, its values kept for the rows
+    held and none for rows written after; a new column of the old name is another one; a
+    keyless table drops it all the same (its rows are matched whole); a crash replayed
+    keeps one column."""
+    src = captured()
+    seeded(src, lake)
+    with src.transaction() as tx:
+        tx.update(KEYED, {"id": 1}, {"note": "last"})
+        tx.drop_column(KEYED, "note")
+        tx.drop_column(BAG, "v")
+    drop_lsn = src.schema_changes[0].lsn
+    with src.transaction() as tx:
+        tx.update(KEYED, {"id": 2}, {"n": 22})
+        tx.add_column(KEYED, "note", "text")
+        tx.insert(KEYED, {"id": 6, "name": "n6", "n": 6, "note": "new"})
+    batch = src.batch()
+    sink = LakehouseSink(lake.format, keep_dropped_columns=True)
+    sink.apply(batch)
+    LakehouseSink(lake.format, keep_dropped_columns=True).apply(batch)  # delivered again
+    kept = dropped_name("note", drop_lsn)
+    assert kept == f"note__dropped_{drop_lsn:X}"
+    assert lake.columns(KEYED) == ["id", "name", kept, "n", "note"]
+    rows = {r["id"]: (r[kept], r["note"], r["n"]) for r in lake.rows(KEYED)}
+    assert rows == {
+        1: ("last", None, 1),
+        2: ("t", None, 22),
+        3: ("t", None, 3),
+        4: ("t", None, 4),
+        5: ("t", None, 5),
+        6: (None, "new", 6),
+    }
+    assert lake.columns(BAG) == ["k"]
+    assert_equal(lake, src, BAG)
 
 
 def test_a_type_changed_by_a_rewrite_is_null_until_the_rows_come_again(lake: Lake) -> None:

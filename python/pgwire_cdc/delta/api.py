@@ -125,6 +125,7 @@ def run(
     deletion_vectors: bool | None = None,
     auto_compact: bool = True,
     as_of_every: float | None = 30.0,
+    keep_dropped_columns: bool = False,
     **stream_options: Any,
 ) -> ApplyStats:
     """Keeps one Delta table per published table under ``path`` until the stream ends
@@ -153,7 +154,9 @@ def run(
     compacts the table when it has gathered enough small files or deleted rows (see
     :mod:`~pgwire_cdc.delta.maintain`); False leaves that to :func:`compact`.
     ``as_of_every``: seconds between the as-of points :func:`read` reads all tables at
-    one source LSN by (:mod:`~pgwire_cdc.lakehouse.points`; None: none are written)."""
+    one source LSN by (:mod:`~pgwire_cdc.lakehouse.points`; None: none are written).
+    ``keep_dropped_columns``: a column dropped at the source (with the DDL capture) stays
+    in a table with a key, renamed ``<column>__dropped_<LSN>``, its values kept."""
     _need_target(path, schema)
     sink = DeltaSink(
         path,
@@ -167,6 +170,7 @@ def run(
         deletion_vectors=deletion_vectors,
         auto_compact=auto_compact,
         as_of_every=as_of_every,
+        keep_dropped_columns=keep_dropped_columns,
     )
     options = StreamOptions(
         publication=publication,

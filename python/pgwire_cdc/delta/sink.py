@@ -373,6 +373,7 @@ class DeltaSink(LakehouseSink):
         deletion_vectors: bool | None = None,
         auto_compact: bool = True,
         as_of_every: float | None = 30.0,
+        keep_dropped_columns: bool = False,
     ) -> None:
         tables = DeltaTables(
             path,
@@ -385,7 +386,9 @@ class DeltaSink(LakehouseSink):
             deletion_vectors=deletion_vectors,
             auto_compact=auto_compact,
         )
-        super().__init__(tables, on_step, as_of_every=as_of_every)
+        super().__init__(
+            tables, on_step, as_of_every=as_of_every, keep_dropped_columns=keep_dropped_columns
+        )
         self.path = tables.path
         self.storage_options = tables.storage_options
         self.writer = tables.writer

@@ -42,6 +42,7 @@ def run(
     on_batch: Callable[[IcebergSink, Batch, ApplyStats], None] | None = None,
     on_step: Callable[[str], None] | None = None,
     as_of_every: float | None = 30.0,
+    keep_dropped_columns: bool = False,
     **stream_options: Any,
 ) -> ApplyStats:
     """Keeps one Iceberg table per published table in ``catalog.namespace`` (a catalog
@@ -51,7 +52,9 @@ def run(
     ``s.t`` becomes ``s_t`` in lower case (every character other than ``a-z``, ``0-9``
     and ``_`` written ``_``), or ``table_name("s.t")``; tables created get ``properties``
     over :data:`~pgwire_cdc.iceberg.DEFAULT_PROPERTIES`. ``as_of_every``: seconds between
-    the as-of points that :func:`read` reads by (None: none)."""
+    the as-of points that :func:`read` reads by (None: none). ``keep_dropped_columns``: a
+    column dropped at the source (with the DDL capture) stays in a table with a key,
+    renamed ``<column>__dropped_<LSN>``, its values kept."""
     sink = IcebergSink(
         spark,
         catalog,
@@ -60,6 +63,7 @@ def run(
         properties=properties,
         on_step=on_step,
         as_of_every=as_of_every,
+        keep_dropped_columns=keep_dropped_columns,
     )
     options = StreamOptions(
         publication=publication,

@@ -413,11 +413,14 @@ class IcebergSink(LakehouseSink):
         properties: Mapping[str, str] | None = None,
         on_step: Callable[[str], None] | None = None,
         as_of_every: float | None = 30.0,
+        keep_dropped_columns: bool = False,
     ) -> None:
         tables = IcebergTables(
             spark, catalog, namespace, table_name=table_name, properties=properties
         )
-        super().__init__(tables, on_step, as_of_every=as_of_every)
+        super().__init__(
+            tables, on_step, as_of_every=as_of_every, keep_dropped_columns=keep_dropped_columns
+        )
         self.spark = tables.spark
         self.catalog = catalog
         self.namespace = namespace

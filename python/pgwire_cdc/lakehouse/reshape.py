@@ -10,7 +10,10 @@ it can (Iceberg renames and drops columns by field id) or by rewriting the rows
   before the DDL read at the source (``attmissingval``: a constant default), else null. A
   row inserted later with an explicit NULL keeps it: it comes after the DDL.
 * ``DROP COLUMN`` — ``drop``. A column of the same name added later is a new column:
-  it starts from its own value, never the dropped one's.
+  it starts from its own value, never the dropped one's. With ``keep_dropped`` (a table
+  with a key) the column stays, renamed :func:`dropped_name` (``email`` dropped at LSN
+  ``0/16B3748`` becomes ``email__dropped_16B3748``): the rows held keep their values, rows
+  written later have none, and a new column of the old name is another column.
 * ``RENAME COLUMN`` — ``rename``: the values follow the column.
 * ``ALTER COLUMN ... TYPE`` — ``retype``: without a rewrite at the source (a
   binary-coercible change such as a longer ``varchar``) the values are converted to the
@@ -37,6 +40,19 @@ from .shape import lake_shape
 DROPPED_PROPERTY = "pgwire_cdc.dropped_at_lsn"
 
 
+#: What a dropped column kept in the lake is renamed to ends with this, then its LSN.
+DROPPED_SUFFIX = "__dropped_"
+
+
+def dropped_name(column: str, lsn: int) -> str:
+    """The name a column dropped at ``lsn`` is kept under (``keep_dropped``)."""
+    return f"{column}{DROPPED_SUFFIX}{lsn:X}"
+
+
+def is_dropped_name(column: str) -> bool:
+    return DROPPED_SUFFIX in column
+
+
 @dataclass(frozen=True)
 class ColumnOp:
     """One step: ``drop`` / ``rename`` (to ``new_name``) / ``add`` (of ``type``, the held
@@ -59,15 +75,28 @@ class ColumnOp:
         return self.kind in ("set", "retype")
 
 
-def column_ops(changes: Sequence[SchemaChange], held: pa.Schema) -> list[ColumnOp]:
-    """The steps that bring a table of columns ``held`` through one DDL's ``changes``."""
+def column_ops(
+    changes: Sequence[SchemaChange], held: pa.Schema, *, keep_dropped: bool = False
+) -> list[ColumnOp]:
+    """The steps that bring a table of columns ``held`` through one DDL's ``changes``;
+    ``keep_dropped``: a dropped column is kept under :func:`dropped_name` (a table with a
+    key only: a table without one is matched by whole rows, which have no such column)."""
     names = list(held.names)
     rewritten = any(c.kind == "rewrite" for c in changes)
     ops: list[ColumnOp] = []
     for change in changes:
         if change.kind == "drop_column":
+            before = change.before
+            keep = keep_dropped and before is not None and before.replica_identity != "f"
+            keep = keep and before is not None and bool(before.key)
             for column in change.columns:
-                if column in names:
+                if column not in names:
+                    continue
+                if keep:
+                    kept = dropped_name(column, change.lsn)
+                    ops.append(ColumnOp("rename", column, new_name=kept))
+                    names[names.index(column)] = kept
+                else:
                     ops.append(ColumnOp("drop", column))
                     names.remove(column)
         elif change.kind == "rename_column":
@@ -84,7 +113,7 @@ def column_ops(changes: Sequence[SchemaChange], held: pa.Schema) -> list[ColumnO
         elif change.kind == "rewrite" and change.after is not None:
             # The table is read again in the columns it has now: no other can be right.
             current = {c.name for c in change.after.columns}
-            for column in [n for n in names if n not in current]:
+            for column in [n for n in names if n not in current and not is_dropped_name(n)]:
                 ops.append(ColumnOp("drop", column))
                 names.remove(column)
         elif change.kind in ("alter_column_type", "add_column"):

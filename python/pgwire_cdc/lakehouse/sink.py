@@ -165,7 +165,9 @@ def interleave(
 class LakehouseSink:
     """The tables of one stream in one table ``format`` (see the module documentation).
     ``on_step("committed")`` is called after each commit. ``as_of_every``: seconds between
-    two as-of points at least (None: none are written)."""
+    two as-of points at least (None: none are written). ``keep_dropped_columns``: a column
+    dropped at the source stays in a table with a key, renamed
+    (:func:`~pgwire_cdc.lakehouse.reshape.dropped_name`), instead of being dropped."""
 
     def __init__(
         self,
@@ -173,9 +175,11 @@ class LakehouseSink:
         on_step: Callable[[str], None] | None = None,
         *,
         as_of_every: float | None = 30.0,
+        keep_dropped_columns: bool = False,
     ) -> None:
         self.format = format
         self.as_of_every = as_of_every
+        self.keep_dropped_columns = keep_dropped_columns
         self._on_step = on_step or (lambda _step: None)
         # Tables the initial snapshot in progress has written (their first part replaced
         # the table; later parts append).
@@ -480,7 +484,8 @@ class LakehouseSink:
         current = self._position(ref) or TablePosition(None)
         if place is None or _covers(current, place):
             return
-        ops = column_ops(changes, plain_schema(self.format.schema(ref)))
+        held = plain_schema(self.format.schema(ref))
+        ops = column_ops(changes, held, keep_dropped=self.keep_dropped_columns)
         if not ops:
             return
         # At (commit, -1): before the first row of its transaction, so after every
