@@ -5,8 +5,10 @@ DROP / RENAME COLUMN, a type change). ``take()`` presents them as one table per 
 table whenever the segments can be unified: the columns of every version, in the order
 they first appeared (a row has nulls in the columns its version did not have), then the
 metadata columns. A segment whose column types cannot be unified with the earlier ones (a
-column that changed type, for example int4 to text) goes under the key
-``"schema.table@2"`` (``@3`` and so on for later ones), so nothing is ever dropped.
+column that changed type, for example int4 to text), or whose rows are matched on another
+key (``ADD PRIMARY KEY``, ``REPLICA IDENTITY`` changed: :func:`key_columns`), goes under
+the key ``"schema.table@2"`` (``@3`` and so on for later ones), so nothing is ever dropped
+and every table's rows have one key.
 ``take_segments()`` gives every segment as it is, in order.
 
 A column a change did not carry (its segment has no such column: the publication's
@@ -77,6 +79,8 @@ def merge_segments(segments: Iterable[tuple[str, pa.Table]]) -> dict[str, pa.Tab
     groups: dict[str, list[list[pa.Table]]] = {}
     for name, table in segments:
         versions = groups.setdefault(name, [[]])
+        if versions[-1] and key_columns(versions[-1][0]) != key_columns(table):
+            versions.append([])  # matched on another key from here on
         versions[-1].append(table)
         if len(versions[-1]) > 1:
             try:

@@ -142,6 +142,39 @@ def test_a_dropped_column_kept_under_its_dropped_name(lake: Lake) -> None:
     assert_equal(lake, src, BAG)
 
 
+def test_a_new_primary_key_and_back_to_replica_identity_full(lake: Lake) -> None:
+    """A keyless ``REPLICA IDENTITY FULL`` table (a multiset) gets a primary key: from the
+    next change on, rows are matched by it (a key change, a delete by key); then back to
+    FULL, matched whole again."""
+    src = captured()
+    name = "public.t"
+    src.table(name, [("id", "int4"), ("v", "text")], [])
+    with src.transaction() as tx:
+        for i in range(1, 5):
+            tx.insert(name, {"id": i, "v": "a"})
+    lake.sink().apply(src.batch())
+    with src.transaction() as tx:
+        tx.update(name, {"id": 1, "v": "a"}, {"v": "before"})
+        tx.set_key(name, ["id"])
+        tx.update(name, {"id": 2}, {"v": "b"})
+        tx.update(name, {"id": 3}, {"id": 30, "v": "c"})
+        tx.delete(name, {"id": 4})
+    lake.sink().apply(src.batch())
+    assert_equal(lake, src, name)
+    with src.transaction() as tx:
+        tx.set_key(name, [])
+        tx.update(name, {"id": 2, "v": "b"}, {"v": "full again"})
+        tx.insert(name, {"id": 2, "v": "full again"})  # a duplicate row: a multiset again
+    lake.sink().apply(src.batch())
+    assert_equal(lake, src, name)
+    assert sorted((r["id"], r["v"]) for r in lake.rows(name)) == [
+        (1, "before"),
+        (2, "full again"),
+        (2, "full again"),
+        (30, "c"),
+    ]
+
+
 def test_a_type_changed_by_a_rewrite_is_null_until_the_rows_come_again(lake: Lake) -> None:
     src = captured()
     seeded(src, lake)

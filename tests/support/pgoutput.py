@@ -212,6 +212,13 @@ class Transaction:
             for row in table.rows:
                 row[column] = using(row[column])
 
+    def set_key(self, name: str, key: list[str]) -> None:
+        """``ALTER TABLE ... ADD PRIMARY KEY`` (``key``), or ``REPLICA IDENTITY FULL`` on a
+        table without one (``[]``)."""
+        table = self.source.tables[name]
+        with self._ddl(table):
+            table.key = list(key)
+
     def drop_table(self, name: str) -> None:
         """``DROP TABLE``: the source forgets the table; the message its trigger writes."""
         table = self.source.tables.pop(name)
