@@ -91,3 +91,34 @@ def test_migrations_without_the_capture_in_one_stream(db: Database, tmp_path: Pa
             step.check(db.conn, lambda name: delta.read_table(delta.table_path(tmp_path, name)))
     finally:
         batches.close()
+
+
+@pytest.mark.parametrize("capture", [True, False], ids=["capture", "no-capture"])
+def test_a_primary_key_added_and_removed_inside_one_batch(
+    db: Database, tmp_path: Path, capture: bool
+) -> None:
+    """A keyless ``REPLICA IDENTITY FULL`` table (a multiset) gets a primary key, then
+    goes back to FULL, with changes on either side of each, all in one batch: the rows
+    after each change of key are matched on the new one (a key change, a delete by key,
+    a duplicate row once FULL again)."""
+    if capture:
+        install_ddl_capture(db.dsn)
+    db.conn.execute(
+        "CREATE TABLE kt (id int NOT NULL, v text); ALTER TABLE kt REPLICA IDENTITY FULL;"
+        " INSERT INTO kt SELECT g, 'a' FROM generate_series(1, 5) g;"
+        " CREATE PUBLICATION pub FOR TABLE kt"
+    )
+    delta.run(db.dsn, tmp_path, publication="pub", slot="s1", until_lsn=current_lsn(db))
+    db.conn.execute(
+        "UPDATE kt SET v = 'full' WHERE id = 1;"
+        " ALTER TABLE kt ADD PRIMARY KEY (id), REPLICA IDENTITY DEFAULT;"
+        " UPDATE kt SET v = 'keyed' WHERE id = 2; UPDATE kt SET id = 30 WHERE id = 3;"
+        " DELETE FROM kt WHERE id = 4;"
+        " ALTER TABLE kt REPLICA IDENTITY FULL; ALTER TABLE kt DROP CONSTRAINT kt_pkey;"
+        " UPDATE kt SET v = 'full again' WHERE id = 5; INSERT INTO kt VALUES (5, 'full again')"
+    )
+    delta.run(db.dsn, tmp_path, publication="pub", slot="s1", until_lsn=current_lsn(db))
+    got = delta.read_table(delta.table_path(tmp_path, "public.kt")).to_pylist()
+    want = db.conn.execute("SELECT id, v FROM kt").fetchall()
+    assert sorted((r["id"], r["v"]) for r in got) == sorted(want)
+    assert len(got) == 5

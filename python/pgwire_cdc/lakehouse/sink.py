@@ -329,15 +329,8 @@ class LakehouseSink:
                 if isinstance(item, pa.Table):
                     item = _as_then(item, items[:i], items[i + 1 :])
                     last = i == len(items) - 1
-                    # Rows before a DDL of a later place: their batch, as far as the
-                    # commits that record them go, ends at the DDL's transaction.
-                    upto = next(
-                        (s[0].commit_lsn for s in items[i + 1 :] if isinstance(s, list)),
-                        batch.lsn,
-                    )
-                    self._changes(
-                        name, ref, item, upto or batch.lsn, progress if last else NO_PROGRESS, stats
-                    )
+                    upto = _next_place(items[i + 1 :]) or batch.lsn
+                    self._changes(name, ref, item, upto, progress if last else NO_PROGRESS, stats)
                 else:
                     self._schema_step(name, ref, item, stats)
             if items and not isinstance(items[-1], pa.Table) and parts:
@@ -671,6 +664,20 @@ class LakehouseSink:
         self.format.write(ref, rows, "append", None)
         self._point_written = time.monotonic()
         self._on_step("committed")
+
+
+def _next_place(later: list[pa.Table | list[SchemaChange]]) -> int | None:
+    """Where the rows before ``later`` (a table's items after them: a DDL step, or the
+    rows of its next schema segment or key) end, as far as the commits that record them
+    go: at the transaction of the next DDL or of the next rows. When that is the
+    transaction of their own last row, the commit records it as cut there, so the rows of
+    it that follow are still applied; None: at the batch's LSN."""
+    for item in later:
+        if isinstance(item, list):
+            return item[0].commit_lsn
+        if item.num_rows:
+            return int(item["_commit_lsn"][0].as_py())
+    return None
 
 
 def _as_then(
