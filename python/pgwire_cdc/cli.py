@@ -363,6 +363,9 @@ class ParquetSink:
     def held_tables(self, published: Sequence[str], slot_exists: bool) -> None:
         return None
 
+    def held_shapes(self, published: Sequence[str]) -> None:
+        return None
+
     def check_source(self, server: Any, published: Sequence[str]) -> None:
         """The files name their LSNs only: nothing to check."""
 

@@ -46,6 +46,12 @@ class Sink(Protocol):
         may refuse to stream on top of nothing)."""
         ...
 
+    def held_shapes(self, published: Sequence[str]) -> Mapping[str, dict[str, Any]] | None:
+        """Per table, the source-table description its copy's columns follow, as the sink
+        recorded ``Batch.table_shapes`` (``stream(held_shapes=...)``); None: the sink
+        keeps no such record."""
+        ...
+
     def check_source(self, server: Server, published: Sequence[str]) -> None:
         """The server the stream reads: the sink raises when what it holds came from
         another source, or from further on in the server's history than the server has
@@ -137,9 +143,13 @@ def run(
         found = sink.held_tables(published, slot_exists)
         held = dict(found) if found is not None else None
     reader = options.snapshot_reader or sink.snapshot_reader(dsn, options)
+    shapes = options.held_shapes
+    if shapes is None:
+        found_shapes = sink.held_shapes(published)
+        shapes = dict(found_shapes) if found_shapes is not None else None
     # Without the DDL capture, the sink still learns a DDL from the catalog when it can.
     options = dataclasses.replace(
-        options, held_tables=held, snapshot_reader=reader, schema_watch=True
+        options, held_tables=held, snapshot_reader=reader, schema_watch=True, held_shapes=shapes
     )
     recorder = metrics.active()
     apply_seconds = recorder.apply_seconds.labels(options.slot) if recorder is not None else None

@@ -19,13 +19,23 @@ when a segment of a change table shows other columns, reads the catalog again:
   columns the catalog no longer has. The run logs why.
 
 A DDL that no later change of the table follows is seen with that change.
+
+A consumer that keeps a copy records the description its copy holds (the watch hands it
+out, :meth:`SchemaWatch.take_shapes`: ``Batch.table_shapes``) and gives it back to the
+next run (``held_shapes``), so DDL made while no run was streaming is measured against
+what the copy holds, not against the catalog of the new run's start: the first change of
+the table in the new run is checked as above; and where the two descriptions differ in
+what no Relation message shows (a column dropped and added again with the same name and
+type, a rewrite: attnums or the relfilenode differ), the table is read again at once. A
+table without a key (matched by whole rows) cannot be read again while streaming: its
+columns follow its changes, as without a record.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import psycopg
@@ -47,6 +57,21 @@ def _columns(description: dict[str, Any]) -> list[tuple[str, int, int]]:
     ]
 
 
+def _keyed(description: dict[str, Any]) -> bool:
+    """Whether the described table's rows are matched by a replica-identity key."""
+    return description.get("replica_identity") != "f" and bool(description.get("key"))
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two descriptions are of the same columns (by attnum, name and type) and
+    the same rows (relfilenode)."""
+
+    def columns(d: dict[str, Any]) -> list[tuple[Any, ...]]:
+        return [(c["attnum"], c["name"], c["type_oid"], c["typmod"]) for c in d["columns"]]
+
+    return columns(a) == columns(b) and a.get("relfilenode") == b.get("relfilenode")
+
+
 def _segment_columns(segment: pa.Table) -> list[tuple[str, int, int]]:
     out = []
     for f in segment.schema:
@@ -65,13 +90,23 @@ class SchemaWatch:
     its published columns, by ``"schema.table"``. A table published with a column list
     is not watched: its Relation messages leave columns out by design."""
 
-    def __init__(self, published: dict[str, tuple[int, list[str]]]) -> None:
+    def __init__(
+        self,
+        published: dict[str, tuple[int, list[str]]],
+        held: Mapping[str, dict[str, Any]] | None = None,
+    ) -> None:
         self.published = dict(published)
+        self.held = dict(held or {})
         self.known: dict[str, dict[str, Any]] = {}
         self.unwatched: set[str] = set()
+        #: Changes to hand out before any segment's (a table read again at the start).
+        self.pending: list[SchemaChange] = []
+        # The descriptions learnt since the last take_shapes().
+        self._shapes: dict[str, dict[str, Any]] = {}
 
     def start(self, conn: psycopg.Connection[Any]) -> None:
-        """Describes every table now: the shape the first changes are compared with."""
+        """Describes every table now: the shape the first changes are compared with, or
+        the one ``held`` records where they differ (see the module documentation)."""
         for name, (oid, columns) in self.published.items():
             found = describe(conn, oid)
             if found is None:
@@ -79,14 +114,40 @@ class SchemaWatch:
             if [c[0] for c in _columns(found)] != columns:
                 self.unwatched.add(name)
                 continue
-            self.known[name] = found
+            recorded = self.held.get(name)
+            if recorded is not None and not _keyed(found):
+                # Matched by whole rows, it could not be read again if the DDL rewrote it:
+                # its columns follow its changes, as without a record.
+                recorded = None
+            if recorded is None or _same(recorded, found):
+                self.known[name] = self._shapes[name] = found
+                continue
+            self.known[name] = recorded
+            if _columns(recorded) == _columns(found):
+                log.warning(
+                    "%s: its columns changed while no run was streaming, in a way its changes "
+                    "will not show (a column dropped and added again, a rewrite): the table "
+                    "is read again; install the DDL capture (pgwire-cdc ddl-capture install) "
+                    "to apply each DDL where it happened",
+                    name,
+                )
+                doc = {"version": VERSION, "command_tag": "ALTER TABLE", "oid": oid}
+                doc |= {"before": recorded, "after": found, "rewritten": True}
+                self.pending += changes_of(0, json.dumps(doc).encode(), None)
+                self.known[name] = self._shapes[name] = found
+
+    def take_shapes(self) -> dict[str, dict[str, Any]]:
+        """The descriptions learnt since the last call (all at the start): what a copy
+        holds once the batch they come with is applied."""
+        shapes, self._shapes = self._shapes, {}
+        return shapes
 
     def check(
         self, conn: psycopg.Connection[Any], segments: Iterable[tuple[str, pa.Table]]
     ) -> list[SchemaChange]:
         """The schema changes before the segments (a poll's, in order) whose columns
         differ from what the table last had."""
-        out: list[SchemaChange] = []
+        out, self.pending = self.pending, []
         for key, segment in segments:
             name, _ = parse_segment_key(key)
             if segment.num_rows == 0 or name in self.unwatched:
@@ -104,11 +165,11 @@ class SchemaWatch:
                 # First seen (a table added later): the catalog's shape is the one to
                 # compare with, unless the table is published with a column list.
                 if _columns(current) == columns:
-                    self.known[name] = current
+                    self.known[name] = self._shapes[name] = current
                 else:
                     self.unwatched.add(name)
                 continue
-            self.known[name] = current
+            self.known[name] = self._shapes[name] = current
             first = segment.slice(0, 1).to_pylist()[0]
             # Right before the segment's first row: after the ordinal before it (-1: before
             # the first of its transaction).

@@ -129,6 +129,11 @@ class Batch:
     #: The timeline of the server that delivered this batch (``IDENTIFY_SYSTEM``): its
     #: LSNs are positions in that timeline's history (a failover moves to a new one).
     timeline: int | None = None
+    #: With ``schema_watch``: the tables whose catalog description the run learnt in this
+    #: batch (all at the start, then those a DDL changed): a consumer that keeps a copy
+    #: records it once the batch is applied and gives it back as ``held_shapes``
+    #: (:mod:`pgwire_cdc.schema_watch`).
+    table_shapes: dict[str, dict[str, Any]] = field(default_factory=dict)
     _ack: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
@@ -226,6 +231,9 @@ class StreamOptions:
     #: Without the DDL capture, check a change table whose columns changed against the
     #: catalog (:mod:`pgwire_cdc.schema_watch`); the lakehouse sinks turn it on.
     schema_watch: bool = False
+    #: With ``schema_watch``: per table, the description the consumer's copy holds
+    #: (``Batch.table_shapes`` as it last recorded them).
+    held_shapes: Mapping[str, dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if self.max_batch_rows < 1 or self.max_batch_bytes < 1 or self.max_batch_ms < 0:
@@ -438,7 +446,7 @@ class _Stream:
             self.tables = prepared.tables
             self.setup = SetupConnection(self.dsn, prepared.conn, self._connection_opened)
             if self.o.schema_watch:
-                self.watch = _schema_watch(prepared.conn, prepared.tables)
+                self.watch = _schema_watch(prepared.conn, prepared.tables, self.o.held_shapes)
             self.session = session = replication.LiveSession(
                 self.dsn,
                 self.slot,
@@ -587,6 +595,7 @@ class _Stream:
                 # The last one: every table of the snapshot is complete, empty ones too.
                 snapshot_progress=self._snapshotted() if last else {},
                 timeline=self._timeline(),
+                table_shapes=self._table_shapes() if last else {},
                 _ack=self._acker(seq, cp, snapshot_batch=True),
             )
             if self.metrics is not None:
@@ -615,8 +624,13 @@ class _Stream:
             snapshot_start=True,
             snapshot_progress=self._snapshotted(),
             timeline=self._timeline(),
+            table_shapes=self._table_shapes(),
             _ack=self._acker(seq, cp, snapshot_batch=True),
         )
+
+    def _table_shapes(self) -> dict[str, dict[str, Any]]:
+        """``Batch.table_shapes``: what the schema watch learnt since the last batch."""
+        return self.watch.take_shapes() if self.watch is not None else {}
 
     def _timeline(self) -> int | None:
         """The timeline of the server the session streams from."""
@@ -662,7 +676,7 @@ class _Stream:
                 if prefix == schema_changes.PREFIX
                 for change in schema_changes.changes_of(lsn_, content, place)
             ]
-            if self.watch is not None and parts:
+            if self.watch is not None and (parts or self.watch.pending):
                 setup.run(partial(self._watch, parts=parts, found=ddl))
             copy_notes = [(n[0], n[1]) for n in notes if n[2] == copies.NOTE_PREFIX]
             if copy_notes:
@@ -689,6 +703,7 @@ class _Stream:
                     snapshot_progress=progress,
                     schema_changes=ddl,
                     timeline=self._timeline(),
+                    table_shapes=self._table_shapes(),
                     _ack=self._acker(seq, lsn, False),
                 )
                 loop.handed_out(lsn)
@@ -755,14 +770,17 @@ class _Stream:
 
 
 def _schema_watch(
-    conn: psycopg.Connection[Any], tables: Sequence[catalog.TableInfo]
+    conn: psycopg.Connection[Any],
+    tables: Sequence[catalog.TableInfo],
+    held: Mapping[str, dict[str, Any]] | None,
 ) -> schema_watch.SchemaWatch | None:
-    """A watch of the tables' columns against the catalog, unless the DDL capture is
-    installed (its messages tell every DDL where it happened)."""
+    """A watch of the tables' columns against the catalog (or what the consumer's copy
+    holds, ``held``), unless the DDL capture is installed (its messages tell every DDL
+    where it happened)."""
     if ddl_capture.status_on(conn).installed:
         return None
     watch = schema_watch.SchemaWatch(
-        {t.qualified: (t.oid, [c.name for c in t.columns]) for t in tables}
+        {t.qualified: (t.oid, [c.name for c in t.columns]) for t in tables}, held
     )
     watch.start(conn)
     return watch
@@ -858,6 +876,7 @@ def stream(
     heartbeat_interval: float | None = None,
     failover: bool = False,
     schema_watch: bool = False,
+    held_shapes: Mapping[str, dict[str, Any]] | None = None,
     options: StreamOptions | None = None,
 ) -> Iterator[Batch]:
     """Streams a publication's changes (after an initial snapshot for a new slot) as
@@ -935,6 +954,8 @@ def stream(
     columns changed is checked against the catalog, and the DDL it tells comes in
     ``Batch.schema_changes``, or the table is read again when the catalog has moved on
     (docs/streaming.md, "Schema changes"); the lakehouse sinks' runs turn it on.
+    ``held_shapes``: what ``Batch.table_shapes`` said last of each table the consumer's
+    copy holds, so DDL made between two runs is measured against it.
     """
     given: dict[str, Any] = {
         "publication": publication,
@@ -963,6 +984,7 @@ def stream(
         "heartbeat_interval": heartbeat_interval,
         "failover": failover,
         "schema_watch": schema_watch,
+        "held_shapes": held_shapes,
     }
     if options is None:
         options = StreamOptions(**given)

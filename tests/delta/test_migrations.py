@@ -122,3 +122,40 @@ def test_a_primary_key_added_and_removed_inside_one_batch(
     want = db.conn.execute("SELECT id, v FROM kt").fetchall()
     assert sorted((r["id"], r["v"]) for r in got) == sorted(want)
     assert len(got) == 5
+
+
+def test_ddl_made_between_two_runs_without_the_capture(db: Database, tmp_path: Path) -> None:
+    """Without the DDL capture, DDL made while no run streams is measured against the
+    source description the lake recorded (``pgwire_cdc.source_shape``), not against the
+    catalog the next run starts with: a column dropped and added again with the same name
+    and type (which no Relation message shows) makes the table be read again; a dropped
+    column and one dropped and added again beside it are applied exactly at the table's
+    first change. Both tables then equal the source, every column."""
+    db.conn.execute(
+        "CREATE TABLE w1 (id int PRIMARY KEY, a int, b text);"
+        " CREATE TABLE w2 (id int PRIMARY KEY, a int, b text, c text);"
+        " INSERT INTO w1 SELECT g, g, 'old' FROM generate_series(1, 20) g;"
+        " INSERT INTO w2 SELECT g, g, 'old', 'gone' FROM generate_series(1, 20) g;"
+        " CREATE PUBLICATION pub FOR TABLE w1, w2"
+    )
+
+    def keep() -> None:
+        delta.run(db.dsn, tmp_path, publication="pub", slot="s1", until_lsn=current_lsn(db))
+
+    keep()
+    db.conn.execute(
+        "ALTER TABLE w1 DROP COLUMN b; ALTER TABLE w1 ADD COLUMN b text;"
+        " ALTER TABLE w2 DROP COLUMN b; ALTER TABLE w2 ADD COLUMN b text;"
+        " ALTER TABLE w2 DROP COLUMN c;"
+        " UPDATE w2 SET a = a + 100 WHERE id = 1"
+    )
+    keep()
+    keep()  # a run with nothing new changes nothing
+    for name in ("w1", "w2"):
+        got = delta.read_table(delta.table_path(tmp_path, f"public.{name}"))
+        cur = db.conn.execute(f"SELECT * FROM {name}")
+        columns = [c.name for c in cur.description or ()]
+        want = sorted(cur.fetchall())
+        assert sorted(got.column_names) == sorted(columns), name
+        rows = sorted(tuple(r[c] for c in columns) for r in got.to_pylist())
+        assert rows == want, name

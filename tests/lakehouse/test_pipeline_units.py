@@ -36,6 +36,9 @@ class Recorder:
         self.held_asked.append((list(published), slot_exists))
         return self.held
 
+    def held_shapes(self, published: Sequence[str]) -> None:
+        return None
+
     def check_source(self, server: Any, published: Sequence[str]) -> None:
         self.servers.append(server)
 

@@ -102,11 +102,11 @@ EVOLVING = (
         ),
         {"public.t": "SELECT * FROM t", "public.f": "SELECT * FROM f"},
     ),
-    # Widened types, the key's too; DROP COLUMN, in a run that never sees rows of t in the
-    # old shape (it starts after the ALTER, so the catalog it starts from has t as the
-    # changes have it): the keyed table keeps b (rows updated or moved to a new key keep
-    # their value, the row inserted since has it null), the keyless one drops z (its rows
-    # are matched whole).
+    # Widened types, the key's too; DROP COLUMN, in a run that starts after the ALTER: the
+    # keyed table's first change is measured against the source description the lake
+    # recorded, so b is dropped and the table, rewritten by the type change, read again;
+    # the keyless one (which could not be read again) follows its changes: z is dropped
+    # (its rows are matched whole), the types widened.
     Step(
         (
             "ALTER TABLE t ALTER COLUMN id TYPE bigint, ALTER COLUMN a TYPE bigint,"
@@ -121,11 +121,7 @@ EVOLVING = (
             "DELETE FROM f WHERE x = 3",
             "INSERT INTO f VALUES (9, 'new', 91)",
         ),
-        {
-            "public.t": "SELECT id, a, r, d, big, c, CASE WHEN id <= 20 THEN 'b' || id"
-            " WHEN id = 100 THEN 'new' WHEN id = 10000000006 THEN 'b6' END AS b FROM t",
-            "public.f": "SELECT * FROM f",
-        },
+        {"public.t": "SELECT * FROM t", "public.f": "SELECT * FROM f"},
         {
             "public.t": {
                 "id": pa.int64(),

@@ -23,12 +23,11 @@ from ..lakehouse.format import TablePosition
 from ..lakehouse.moved import fill_moved
 from ..lakehouse.points import is_points
 from ..lakehouse.positions import APP_ID, PROGRESS_APP_ID, Commit, Mark, Source
-from ..lakehouse.reshape import DROPPED_PROPERTY, ColumnOp, reshape_rows
+from ..lakehouse.reshape import ColumnOp, reshape_rows
 from ..lakehouse.shape import plain_schema
 from ..lakehouse.sink import LakehouseSink
 from ..lakehouse.sql import default_table_name, key_filter, source_columns
 from ..lakehouse.stats import ApplyStats
-from ..lsn import int_to_lsn
 from .catalog import CatalogNames, is_table_name
 from .table import (
     base_path,
@@ -313,14 +312,16 @@ class DeltaTables:
         self.writer.write(ref, rows, "overwrite", mark.commit())
         self._changed(ref)
 
-    def mark_dropped(self, ref: str, lsn: int) -> None:
+    def property(self, ref: str, key: str) -> str | None:
+        value = self._open(ref).metadata().configuration.get(key)
+        return None if value is None else str(value)
+
+    def set_property(self, ref: str, key: str, value: str) -> None:
         from deltalake import DeltaTable
 
         where = self._where(ref) or ref
         table = DeltaTable(where, storage_options=self.storage_options)
-        table.alter.set_table_properties(
-            {DROPPED_PROPERTY: int_to_lsn(lsn)}, raise_if_not_exists=False
-        )
+        table.alter.set_table_properties({key: value}, raise_if_not_exists=False)
         self._changed(ref)
 
     def copier(

@@ -21,7 +21,7 @@ from ..errors import ConfigError, IcebergError
 from ..lakehouse.format import TablePosition
 from ..lakehouse.moved import fill_moved
 from ..lakehouse.positions import Mark, Source
-from ..lakehouse.reshape import DROPPED_PROPERTY, ColumnOp, reshape_rows
+from ..lakehouse.reshape import ColumnOp, reshape_rows
 from ..lakehouse.shape import plain_schema
 from ..lakehouse.sink import LakehouseSink
 from ..lakehouse.sql import (
@@ -29,9 +29,9 @@ from ..lakehouse.sql import (
     key_filter,
     quote_name,
     source_columns,
+    sql_string,
     unchanged_names,
 )
-from ..lsn import int_to_lsn
 from ..spark.types import spark_schema
 from .merge import applied, key_bounds, merge_statement, row_kinds
 from .table import (
@@ -374,9 +374,15 @@ class IcebergTables:
             self.spark.sql(f"ALTER TABLE {ref} ADD COLUMNS ({quote_name(op.column)} {to})")
         self._overwrite(ref, self._frame(rows.select(self.spark.table(ref).columns)), mark)
 
-    def mark_dropped(self, ref: str, lsn: int) -> None:
+    def property(self, ref: str, key: str) -> str | None:
+        rows = self.spark.sql(f"SHOW TBLPROPERTIES {ref}").collect()
+        found = [r["value"] for r in rows if r["key"] == key]
+        return str(found[0]) if found else None
+
+    def set_property(self, ref: str, key: str, value: str) -> None:
         self.spark.sql(
-            f"ALTER TABLE {ref} SET TBLPROPERTIES ('{DROPPED_PROPERTY}' = '{int_to_lsn(lsn)}')"
+            f"ALTER TABLE {ref} SET TBLPROPERTIES"
+            f" ({sql_string(key, spark=True)} = {sql_string(value, spark=True)})"
         )
 
     @staticmethod

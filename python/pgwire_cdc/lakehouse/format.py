@@ -180,10 +180,15 @@ class TableFormat(Protocol):
         already is left out when the DDL is applied again."""
         ...
 
-    def mark_dropped(self, ref: str, lsn: int) -> None:
-        """Records in the table ``ref``'s properties (:data:`~pgwire_cdc.lakehouse.sink.
-        DROPPED_PROPERTY`) that its source table was dropped at ``lsn`` (text form): the
-        table is kept, its rows as they were."""
+    def property(self, ref: str, key: str) -> str | None:
+        """The table property ``key`` of the table ``ref`` (None: not set)."""
+        ...
+
+    def set_property(self, ref: str, key: str, value: str) -> None:
+        """Sets the table property ``key`` (one commit, no rows): the sink's
+        :data:`~pgwire_cdc.lakehouse.reshape.DROPPED_PROPERTY` (the source table was
+        dropped at that LSN: the table is kept, its rows as they were) and
+        :data:`~pgwire_cdc.lakehouse.sink.SHAPE_PROPERTY`."""
         ...
 
     def record_progress(self, ref: str, batch_lsn: int, progress: Any) -> None:

@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from ..errors import Error
-from ..lsn import int_to_lsn
 from .format import TablePosition
 from .moved import fill_moved
 from .points import is_points
 from .positions import NO_PROGRESS, Mark, Source
-from .reshape import DROPPED_PROPERTY, ColumnOp, reshape_rows
+from .reshape import ColumnOp, reshape_rows
 from .sql import source_columns
 
 if TYPE_CHECKING:
@@ -261,9 +260,12 @@ class MemoryTables:
         table.schema, table.rows = rows.schema, rows.to_pylist()
         self._record(table, mark)
 
-    def mark_dropped(self, ref: str, lsn: int) -> None:
+    def property(self, ref: str, key: str) -> str | None:
+        return self.tables[ref].properties.get(key)
+
+    def set_property(self, ref: str, key: str, value: str) -> None:
         self._commit(LoggedCommit(ref, "properties"))
-        self.tables[ref].properties[DROPPED_PROPERTY] = int_to_lsn(lsn)
+        self.tables[ref].properties[key] = value
 
     def record_progress(self, ref: str, batch_lsn: int, progress: Any) -> None:
         self._commit(LoggedCommit(ref, "progress"))

@@ -18,7 +18,8 @@ it can (Iceberg renames and drops columns by field id) or by rewriting the rows
 * ``ALTER COLUMN ... TYPE`` — ``retype``: without a rewrite at the source (a
   binary-coercible change such as a longer ``varchar``) the values are converted to the
   new type exactly; with one (a conversion, ``USING``) the held values are stale, so they
-  are set null until the table's rows, read again by the stream, arrive.
+  are set null until the table's rows, read again by the stream, arrive — but a key
+  column's, converted, since the rows read again find their rows by it.
 * A rewrite by a volatile default — the added column is null until those rows arrive.
 
 Operations already carried out (the column gone, renamed, present) are left out, so a
@@ -134,7 +135,10 @@ def column_ops(
                 elif column in names:
                     have = held.field(column).type if column in held.names else None
                     if have != field.type or rewritten:
-                        ops.append(ColumnOp("retype", column, type=field.type, cast=not rewritten))
+                        # A key column keeps its values, converted: the rows read again
+                        # find their rows by it.
+                        cast = not rewritten or column in change.after.key
+                        ops.append(ColumnOp("retype", column, type=field.type, cast=cast))
     return ops
 
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -53,6 +54,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _native
+from ..lsn import int_to_lsn
 from ..tables import (
     METADATA_COLUMNS,
     key_columns,
@@ -75,6 +77,11 @@ if TYPE_CHECKING:
     from ..streaming import Batch, StreamOptions
 
 log = logging.getLogger("pgwire_cdc")
+
+#: The table property holding the catalog description of the source table that the
+#: table's columns follow (``Batch.table_shapes``, without the DDL capture: see
+#: :mod:`pgwire_cdc.schema_watch`), given back to the next run as ``held_shapes``.
+SHAPE_PROPERTY = "pgwire_cdc.source_shape"
 
 
 def segments(tables: Mapping[str, pa.Table]) -> dict[str, list[pa.Table]]:
@@ -208,6 +215,8 @@ class LakehouseSink:
         # transaction's commit LSN, and the table's version from before its first rows
         # (None: not known, as when they were committed before this process started).
         self._cut: dict[str, tuple[int, int | None]] = {}
+        # Per source table: the description its table's SHAPE_PROPERTY holds (JSON).
+        self._shapes: dict[str, str | None] = {}
 
     # -- the pipeline's Sink protocol ------------------------------------------------
 
@@ -236,6 +245,22 @@ class LakehouseSink:
                 "be missing; drop the slot (pg_drop_replication_slot) to start with a new "
                 "snapshot, or point the sink at the tables that used it"
             )
+        return held
+
+    def held_shapes(self, published: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
+        """``stream(held_shapes=...)``: of the tables ``published`` and those the format
+        finds, the source-table description each table's columns follow, where recorded."""
+        held: dict[str, dict[str, Any]] = {}
+        for name in sorted(set(published) | set(self.format.found_tables())):
+            ref = self._ref(name)
+            if not self.format.exists(ref):
+                continue
+            text = self._shapes[name] = self.format.property(ref, SHAPE_PROPERTY)
+            if text:
+                try:
+                    held[name] = json.loads(text)
+                except ValueError:
+                    log.warning("%s: its recorded source description is not JSON", name)
         return held
 
     def check_source(self, server: Server, published: Iterable[str] = ()) -> None:
@@ -349,6 +374,8 @@ class LakehouseSink:
                 progress = batch.snapshot_progress[name]
                 if self._progress.get(name, NO_PROGRESS) != progress:
                     self._record_progress(name, ref, progress, batch.lsn, stats)
+        for name, shape in batch.table_shapes.items():
+            self._record_shape(name, shape)
         self._after_batch(batch)
         return stats
 
@@ -451,7 +478,7 @@ class LakehouseSink:
         first = changes[0]
         if "drop_table" in kinds:
             if self.format.exists(ref):
-                self.format.mark_dropped(ref, first.lsn)
+                self.format.set_property(ref, DROPPED_PROPERTY, int_to_lsn(first.lsn))
                 self._versions.pop(ref, None)
                 self._on_step("committed")
             log.warning(
@@ -587,6 +614,23 @@ class LakehouseSink:
         # In the table's column order: a writer may take the changes' columns by position.
         order = held.names if set(held.names) == set(data_columns(changes)) else None
         return changes.select([*(order or data_columns(changes)), *METADATA_COLUMNS])
+
+    def _record_shape(self, name: str, shape: dict[str, Any]) -> None:
+        """Records the description the table's columns follow now, when it is another
+        than the one recorded (one commit, no rows)."""
+        text = json.dumps(shape, sort_keys=True, separators=(",", ":"), default=str)
+        ref = self._ref(name)
+        if name in self._shapes and self._shapes[name] == text:
+            return
+        if not self.format.exists(ref):
+            return  # made later: the next run's start hands the description out again
+        if name not in self._shapes:
+            self._shapes[name] = self.format.property(ref, SHAPE_PROPERTY)
+        if self._shapes[name] != text:
+            self.format.set_property(ref, SHAPE_PROPERTY, text)
+            self._shapes[name] = text
+            self._versions.pop(ref, None)
+            self._on_step("committed")
 
     # -- as-of points --------------------------------------------------------------------
 
