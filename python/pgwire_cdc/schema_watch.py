@@ -57,6 +57,38 @@ def _columns(description: dict[str, Any]) -> list[tuple[str, int, int]]:
     ]
 
 
+def _told(
+    name: str,
+    oid: int,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    rewritten: bool,
+    lsn: int,
+    place: tuple[int, int] | None,
+    unknown: str | None,
+) -> list[SchemaChange]:
+    """The schema changes the catalog tells, as the DDL capture's message would: from
+    ``before`` to ``after``; ``unknown``: what happened cannot be known (why), so the
+    table is read again (``rewritten``), which is logged as a warning."""
+    doc = {"version": VERSION, "command_tag": "ALTER TABLE", "oid": oid}
+    doc |= {"before": before, "after": after, "rewritten": rewritten}
+    changes = changes_of(lsn, json.dumps(doc).encode(), place)
+    if unknown is None:
+        log.info(
+            "%s: its columns changed without the DDL capture; from the catalog: %s",
+            name,
+            ", ".join(c.kind for c in changes) or "nothing to apply",
+        )
+    else:
+        log.warning(
+            "%s: its columns changed %s: the table is read again; install the DDL capture "
+            "(pgwire-cdc ddl-capture install) to apply each DDL where it happened",
+            name,
+            unknown,
+        )
+    return changes
+
+
 def _keyed(description: dict[str, Any]) -> bool:
     """Whether the described table's rows are matched by a replica-identity key."""
     return description.get("replica_identity") != "f" and bool(description.get("key"))
@@ -124,16 +156,11 @@ class SchemaWatch:
                 continue
             self.known[name] = recorded
             if _columns(recorded) == _columns(found):
-                log.warning(
-                    "%s: its columns changed while no run was streaming, in a way its changes "
-                    "will not show (a column dropped and added again, a rewrite): the table "
-                    "is read again; install the DDL capture (pgwire-cdc ddl-capture install) "
-                    "to apply each DDL where it happened",
-                    name,
+                why = (
+                    "while no run was streaming, in a way its changes will not show (a "
+                    "column dropped and added again, a rewrite)"
                 )
-                doc = {"version": VERSION, "command_tag": "ALTER TABLE", "oid": oid}
-                doc |= {"before": recorded, "after": found, "rewritten": True}
-                self.pending += changes_of(0, json.dumps(doc).encode(), None)
+                self.pending += _told(name, oid, recorded, found, True, 0, None, why)
                 self.known[name] = self._shapes[name] = found
 
     def take_shapes(self) -> dict[str, dict[str, Any]]:
@@ -177,24 +204,12 @@ class SchemaWatch:
             lsn = int(first["_lsn"])
             if _columns(current) == columns:
                 rewritten = current["relfilenode"] != known["relfilenode"]
-                doc = {"version": VERSION, "command_tag": "ALTER TABLE", "oid": oid}
-                doc |= {"before": known, "after": current, "rewritten": rewritten}
-                changes = changes_of(lsn, json.dumps(doc).encode(), place)
-                log.info(
-                    "%s: its columns changed without the DDL capture; from the catalog: %s",
-                    name,
-                    ", ".join(c.kind for c in changes) or "nothing to apply",
-                )
+                changes = _told(name, oid, known, current, rewritten, lsn, place, None)
             else:
-                log.warning(
-                    "%s: its columns changed, and the catalog has changed again since (or the "
-                    "run resumed behind DDL made while it was stopped): the table is read "
-                    "again; install the DDL capture (pgwire-cdc ddl-capture install) to "
-                    "apply each DDL where it happened",
-                    name,
+                why = (
+                    "and the catalog has changed again since (or the run resumed behind DDL "
+                    "made while it was stopped)"
                 )
-                doc = {"version": VERSION, "command_tag": "ALTER TABLE", "oid": oid}
-                doc |= {"before": current, "after": current, "rewritten": True}
-                changes = changes_of(lsn, json.dumps(doc).encode(), place)
+                changes = _told(name, oid, current, current, True, lsn, place, why)
             out += changes
         return out
