@@ -26,7 +26,7 @@ next run (``held_shapes``), so DDL made while no run was streaming is measured a
 what the copy holds, not against the catalog of the new run's start: the first change of
 the table in the new run is checked as above; and where the two descriptions differ in
 what no Relation message shows (a column dropped and added again with the same name and
-type, a rewrite: attnums or the relfilenode differ), the table is read again at once. A
+type: the attnums differ), the table is read again at once. A
 table without a key (matched by whole rows) cannot be read again while streaming: its
 columns follow its changes, as without a record.
 """
@@ -95,13 +95,14 @@ def _keyed(description: dict[str, Any]) -> bool:
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two descriptions are of the same columns (by attnum, name and type) and
-    the same rows (relfilenode)."""
+    """Whether two descriptions are of the same columns, by attnum, name and type. (A
+    new relfilenode alone is no schema change: ``TRUNCATE``, whose effect the stream
+    carries, ``VACUUM FULL`` and ``CLUSTER`` give one too.)"""
 
     def columns(d: dict[str, Any]) -> list[tuple[Any, ...]]:
         return [(c["attnum"], c["name"], c["type_oid"], c["typmod"]) for c in d["columns"]]
 
-    return columns(a) == columns(b) and a.get("relfilenode") == b.get("relfilenode")
+    return columns(a) == columns(b)
 
 
 def _segment_columns(segment: pa.Table) -> list[tuple[str, int, int]]:
@@ -158,7 +159,7 @@ class SchemaWatch:
             if _columns(recorded) == _columns(found):
                 why = (
                     "while no run was streaming, in a way its changes will not show (a "
-                    "column dropped and added again, a rewrite)"
+                    "column dropped and added again)"
                 )
                 self.pending += _told(name, oid, recorded, found, True, 0, None, why)
                 self.known[name] = self._shapes[name] = found

@@ -198,14 +198,16 @@ def test_the_spark_writer_merges_where_a_setting_that_saves_work_is_refused() ->
 def test_spark_writer_tables_equal_source(
     db: Database, workload: Workload, tmp_path: Path, spark: Any
 ) -> None:
-    # Over Connect each MERGE is a round of RPCs: fewer, larger batches there (what
-    # Connect changes is how the settings and the snapshot's sizing reach the server).
-    batch_rows = 5000 if is_connect(spark) else 500
-    workload.run(40)
+    # Over Connect each MERGE is a round of RPCs: fewer, larger batches there, and a
+    # smaller workload (what Connect changes is how the settings and the snapshot's sizing
+    # reach the server, not what the MERGEs do).
+    connect = is_connect(spark)
+    batch_rows = 5000 if connect else 500
+    workload.run(15 if connect else 40)
     first = run(db, tmp_path, writer="spark", spark=spark, max_batch_rows=batch_rows)
     assert first.inserted == 0, "Spark tasks wrote the snapshot, not the driver"
     assert_tables_equal_source(db, tmp_path)
-    workload.run(80)
+    workload.run(30 if connect else 80)
     # The writer sets its MERGEs' settings around each MERGE and leaves the session's own.
     materialize = "spark.databricks.delta.merge.materializeSource"
     spark.conf.set(materialize, "all")

@@ -33,7 +33,7 @@ from support.stream_workload import SCHEMA, Workload, norm, source_rows
 
 from spark.test_spark_snapshot import Transfers
 
-ACCOUNTS = 100_000
+ACCOUNTS = 40_000
 TOTAL = ACCOUNTS * 100
 TESTS = Path(__file__).resolve().parents[1]
 
