@@ -5,10 +5,11 @@ DROP / RENAME COLUMN, a type change). ``take()`` presents them as one table per 
 table whenever the segments can be unified: the columns of every version, in the order
 they first appeared (a row has nulls in the columns its version did not have), then the
 metadata columns. A segment whose column types cannot be unified with the earlier ones (a
-column that changed type, for example int4 to text), or whose rows are matched on another
-key (``ADD PRIMARY KEY``, ``REPLICA IDENTITY`` changed: :func:`key_columns`), goes under
-the key ``"schema.table@2"`` (``@3`` and so on for later ones), so nothing is ever dropped
-and every table's rows have one key.
+column that changed type, for example int4 to text) goes under the key
+``"schema.table@2"`` (``@3`` and so on for later ones), so nothing is ever dropped. When
+the segments of one table are matched on different keys (``ADD PRIMARY KEY``, a
+``REPLICA IDENTITY`` changed inside the batch), the table's schema metadata says which
+rows are matched on which (:data:`KEY_RUNS`; :func:`key_runs` cuts the table there).
 ``take_segments()`` gives every segment as it is, in order.
 
 A column a change did not carry (its segment has no such column: the publication's
@@ -20,6 +21,7 @@ subscriber does.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -79,8 +81,6 @@ def merge_segments(segments: Iterable[tuple[str, pa.Table]]) -> dict[str, pa.Tab
     groups: dict[str, list[list[pa.Table]]] = {}
     for name, table in segments:
         versions = groups.setdefault(name, [[]])
-        if versions[-1] and key_columns(versions[-1][0]) != key_columns(table):
-            versions.append([])  # matched on another key from here on
         versions[-1].append(table)
         if len(versions[-1]) > 1:
             try:
@@ -107,8 +107,62 @@ def _merge(tables: list[pa.Table]) -> pa.Table:
     marked = [
         mark_unchanged(t, [c for c in data_columns if c not in t.column_names]) for t in tables
     ]
-    merged = pa.concat_tables(marked, promote_options="permissive")
-    return _ordered(merged, data_columns)
+    merged = _ordered(pa.concat_tables(marked, promote_options="permissive"), data_columns)
+    runs: list[list[Any]] = []
+    first = 0
+    for table in tables:
+        identity, keys = _key_of(table)
+        if not runs or runs[-1][1:] != [identity, keys]:
+            runs.append([first, identity, keys])
+        first += table.num_rows
+    if len(runs) == 1:
+        return merged
+    metadata = {**(merged.schema.metadata or {}), KEY_RUNS: json.dumps(runs).encode()}
+    return merged.replace_schema_metadata(metadata)
+
+
+#: Schema metadata of a change table whose rows are matched on different keys (a replica
+#: identity changed inside the batch): JSON ``[[first row, identity, [key columns]], ...]``
+#: in row order, ``identity`` as the ``pg_replica_identity`` metadata has it.
+KEY_RUNS = b"pg_key_runs"
+
+
+def _key_of(table: pa.Table) -> tuple[str, list[str]]:
+    """A change table's replica identity and key columns, as its metadata says them."""
+    identity = ((table.schema.metadata or {}).get(b"pg_replica_identity") or b"").decode()
+    keys = [
+        f.name
+        for f in table.schema
+        if f.name not in METADATA_COLUMNS
+        and (f.metadata or {}).get(b"pg_replica_identity") == b"true"
+    ]
+    return identity, keys
+
+
+def key_runs(table: pa.Table) -> list[pa.Table]:
+    """``table`` cut where its rows start being matched on another key (:data:`KEY_RUNS`),
+    each piece with the metadata of its own key (:func:`key_columns` reads it); the table
+    itself when all its rows have one."""
+    runs = (table.schema.metadata or {}).get(KEY_RUNS)
+    if runs is None:
+        return [table]
+    parsed = json.loads(runs)
+    bounds = [r[0] for r in parsed[1:]] + [table.num_rows]
+    metadata = {k: v for k, v in (table.schema.metadata or {}).items() if k != KEY_RUNS}
+    pieces = []
+    for (first, identity, keys), end in zip(parsed, bounds, strict=True):
+        fields = [
+            f
+            if f.name in METADATA_COLUMNS
+            else f.with_metadata(
+                {**(f.metadata or {}), b"pg_replica_identity": str(f.name in keys).lower().encode()}
+            )
+            for f in table.schema
+        ]
+        schema = pa.schema(fields, metadata={**metadata, b"pg_replica_identity": identity.encode()})
+        piece = table.slice(first, end - first)
+        pieces.append(pa.Table.from_arrays(piece.columns, schema=schema))
+    return pieces
 
 
 def without_columns(table: pa.Table, names: Iterable[str]) -> pa.Table:

@@ -1,7 +1,11 @@
-"""Chaos: PostgreSQL's own TPC-B workload (``pgbench``) kept as Delta tables (delta-rs,
-deletion vectors) by a consumer killed with SIGKILL again and again, checked against the
-source at the end. ``make chaos`` runs it (``SEED=…``, ``MINUTES=…``); ``make test`` does
-not.
+"""Chaos: PostgreSQL's own TPC-B workload (``pgbench``) kept in a lake by a consumer killed
+with SIGKILL again and again, checked against the source at the end. ``make chaos`` runs
+it (``SEED=…``, ``MINUTES=…``, ``SINK=…``); ``make test`` does not. The sink
+(``PGWIRE_CDC_CHAOS_SINK``): ``delta-rs`` (default: Delta tables by deletion vectors,
+``delta_worker.py``), ``spark`` (the Delta Spark writer, each consumer with its own local
+Spark) or ``iceberg`` (``iceberg_worker.py``, a local catalog). A consumer with a Spark
+lives 20 to 45 s instead of 3 to 9 (its session takes seconds to start), and the workload
+runs 90 s instead of 40.
 
 Each round, on a fresh database of the PostgreSQL 15 cluster: ``pgbench -i -s 3``, with
 ``pgbench_accounts`` split in 4 partitions and published through its root
@@ -36,15 +40,25 @@ from typing import Any
 
 import pytest
 from conftest import Database, fresh_database
-from pgwire_cdc import delta
+from pgwire_cdc import delta, iceberg
+from pgwire_cdc.lakehouse.sql import default_table_name
 from pgwire_cdc.lsn import int_to_lsn
 from support.server import PgCluster
 
-WORKER = Path(__file__).resolve().parents[1] / "support" / "delta_worker.py"
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
 SEED = int(os.environ.get("PGWIRE_CDC_CHAOS_SEED", "1"))
 MINUTES = float(os.environ.get("PGWIRE_CDC_CHAOS_MINUTES", "0"))
+SINK = os.environ.get("PGWIRE_CDC_CHAOS_SINK", "delta-rs")
+#: Per sink: the consumer, its options, its lifetime before a timed kill (seconds, from
+#: to), the workload's seconds.
+SINKS: dict[str, tuple[Path, tuple[str, ...], tuple[float, float], int]] = {
+    "delta-rs": (SUPPORT / "delta_worker.py", ("--deletion-vectors",), (3, 9), 40),
+    "spark": (SUPPORT / "delta_worker.py", ("--writer", "spark"), (20, 45), 90),
+    "iceberg": (SUPPORT / "iceberg_worker.py", ("--namespace", "chaos"), (20, 45), 90),
+}
+WORKER, OPTIONS, LIFETIME, BENCH_SECONDS = SINKS[SINK]
 #: The options of the last run, which catches up with the source (not killed).
-FINAL_RUN = ("--deletion-vectors", "--max-batch-rows", "5000")
+FINAL_RUN = (*OPTIONS, "--max-batch-rows", "5000")
 #: The workers log their snapshots, slots and start positions (delta_worker.py).
 WORKER_ENV = {**os.environ, "PGWIRE_CDC_WORKER_LOG": "1"}
 KINDS = ("timed", "committed", "between-tables", "before-ack", "walsender")
@@ -87,7 +101,11 @@ def source_state(db: Database) -> dict[str, Counter[Any]]:
 def lake_state(path: Path, columns: dict[str, list[str]]) -> dict[str, Counter[Any]]:
     out: dict[str, Counter[Any]] = {}
     for name in TABLES:
-        table = delta.read_table(delta.table_path(path, f"public.{name}"))
+        if SINK == "iceberg":
+            catalog = iceberg.local_catalog("lake", path)
+            table = iceberg.read_table(catalog, f"chaos.{default_table_name('public.' + name)}")
+        else:
+            table = delta.read_table(delta.table_path(path, f"public.{name}"))
         rows = table.select(columns[name]).to_pylist()
         out[name] = Counter(tuple(str(r[c]) for c in columns[name]) for r in rows)
     return out
@@ -112,9 +130,10 @@ def lost_transactions(db: Database, missing: list[tuple[Any, ...]], name: str) -
 
 
 def positions(path: Path) -> dict[str, list[str]]:
-    """Per table, the positions its Delta log recorded, oldest first."""
-    out = {}
-    for name in TABLES:
+    """Per table, the positions its Delta log recorded, oldest first (none for Iceberg:
+    its snapshots' summaries say them, ``SELECT summary FROM t.snapshots``)."""
+    out: dict[str, list[str]] = {}
+    for name in TABLES if SINK != "iceberg" else ():
         log = Path(delta.table_path(path, f"public.{name}")) / "_delta_log"
         marks = []
         for entry in sorted(log.glob("*.json")):
@@ -152,13 +171,13 @@ def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) ->
         )
         db.conn.execute("SELECT pg_create_logical_replication_slot('audit', 'test_decoding')")
         path = tmp / f"lake-{db.name}"
-        bench = pgbench(cluster, db, "-n", "-c", "4", "-j", "2", "-T", "40")
+        bench = pgbench(cluster, db, "-n", "-c", "4", "-j", "2", "-T", str(BENCH_SECONDS))
         kills: list[str] = []
         log = tmp / f"{db.name}.log"
         while bench.poll() is None:
             kind = rnd.choice(KINDS)
             command = [sys.executable, str(WORKER), db.dsn, str(path), str(2**63 - 1)]
-            command += ["--deletion-vectors", "--max-batch-rows", str(rnd.choice((500, 5000)))]
+            command += [*OPTIONS, "--max-batch-rows", str(rnd.choice((500, 5000)))]
             if kind not in ("timed", "walsender"):
                 command += ["--crash-at", kind, "--nth", str(rnd.randint(1, 12))]
             with open(log, "a") as err:
@@ -167,7 +186,7 @@ def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) ->
                 worker = subprocess.Popen(
                     command, stdout=subprocess.DEVNULL, stderr=err, env=WORKER_ENV
                 )
-                lifetime = rnd.uniform(3, 9)
+                lifetime = rnd.uniform(*LIFETIME)
                 if kind == "walsender":
                     # The server ends the consumer's walsender (as a failover or an
                     # operator would) while it streams: the consumer reconnects and goes

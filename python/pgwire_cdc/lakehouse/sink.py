@@ -58,6 +58,7 @@ from ..lsn import int_to_lsn
 from ..tables import (
     METADATA_COLUMNS,
     key_columns,
+    key_runs,
     mark_unchanged,
     parse_segment_key,
     table_of,
@@ -91,9 +92,12 @@ def segments(tables: Mapping[str, pa.Table]) -> dict[str, list[pa.Table]]:
     for key, changes in tables.items():
         name, version = parse_segment_key(key)
         groups.setdefault(name, []).append((version, changes))
+    # A change table whose rows are matched on different keys is cut where the key changes.
+    ordered = {
+        name: [c for _, c in sorted(parts, key=lambda p: p[0])] for name, parts in groups.items()
+    }
     return {
-        name: [changes for _, changes in sorted(parts, key=lambda p: p[0])]
-        for name, parts in groups.items()
+        name: [piece for c in parts for piece in key_runs(c)] for name, parts in ordered.items()
     }
 
 
