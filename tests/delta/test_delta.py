@@ -259,6 +259,11 @@ def keep_with(
         step.run(db.conn)
         run(db, tmp_path, writer="spark" if mode else writer, spark=spark)
         step.check(db.conn, lambda name: delta.read_table(delta.table_path(tmp_path, name)))
+    if spark is not None:
+        # The as-of points this writer recorded, read by the same session (versionAsOf):
+        # the newest is the last step's source.
+        frames = delta.read(tmp_path, list(steps[-1].want), spark=spark)
+        steps[-1].check(db.conn, lambda name: frames[name].toArrow())
 
 
 def test_a_copy_in_progress_is_found_behind_other_commits(db: Database, tmp_path: Path) -> None:

@@ -51,15 +51,12 @@ ON_CONNECT: dict[str, str] = {
         "the check of a session's data sources: over Connect an unknown source fails on the "
         "server and reaches the client as a gRPC error, whose condition the check reads"
     ),
-    "delta/test_delta.py::test_spark_writer_tables_equal_source": (
-        'delta.run(writer="spark"): the Spark-task snapshot is sized without a '
-        "sparkContext (a Connect client has none), and the MERGE settings are set and "
-        "unset around each MERGE by RPCs to the server, which may refuse some"
-    ),
     "delta/test_delta.py::test_odd_names_and_moved_toast": (
-        "column names with quotes, backticks, spaces, backslashes and mixed case: a Connect "
-        "client builds unresolved plans that name columns as strings, which the server's "
-        "analyzer resolves"
+        'delta.run(writer="spark") end to end: the Spark-task snapshot is sized without a '
+        "sparkContext (a Connect client has none); the MERGE settings are set and unset "
+        "around each MERGE by RPCs to the server, which may refuse some; column names with "
+        "quotes, backticks, spaces, backslashes and mixed case reach the server's analyzer "
+        "in unresolved plans; delta.read(spark=...) reads the as-of points by versionAsOf"
     ),
     "iceberg/test_iceberg.py::test_tables_equal_source": (
         "iceberg.run: a first run's missing namespace and tables are looked up in catalog "
