@@ -4,23 +4,27 @@ tables can be read as of the same moment of the source.
 A table's own position (:mod:`~pgwire_cdc.lakehouse.positions`) says what *it* holds;
 two tables read at their newest versions may stand at different LSNs (a batch commits
 one table after the other), and a join of them can then see half of a source
-transaction. A **point** closes that gap: after a batch whose every commit is made and
-that ends between two source transactions, the sink appends to a small table of its own
-(:data:`POINTS`, beside the lake's tables: a Delta table ``_pgwire_cdc.points`` under the
-lake's path, an Iceberg table ``_pgwire_cdc_points`` in its namespace) one row per table:
+transaction. A **point** closes that gap: after a batch whose every commit is made, the
+sink appends to a small table of its own (:data:`POINTS`, beside the lake's tables: a
+Delta table ``_pgwire_cdc.points`` under the lake's path, an Iceberg table
+``_pgwire_cdc_points`` in its namespace) one row per table:
 
 * ``lsn``: the batch's LSN ``W``. Every table holds exactly the source transactions whose
   commit LSN lies before ``W``: the stream delivers every transaction committed before a
-  batch's LSN in that batch or an earlier one, the batch cut none in two, and every
-  commit of it was made before the point was written;
+  batch's LSN in that batch or an earlier one, and every commit of it was made before the
+  point was written;
 * ``table``, ``version``: the source table and the version of its lake table (a Delta
-  table version, an Iceberg snapshot id) that holds it so;
+  table version, an Iceberg snapshot id) that holds it so: its newest, or for a table with
+  rows of the transaction the batch cut in two (a batch ends inside one at
+  ``max_batch_rows``), its version from before that transaction's first rows;
 * ``written_at``: when the point was written.
 
 A table being copied (a table added to the publication later, a re-snapshot) is left out
-of the points until its copy is complete, and the initial snapshot's batches make no
-point. A point is written at most every ``as_of_every`` seconds (a commit of its own),
-and once more when a run ends (:meth:`~pgwire_cdc.lakehouse.sink.LakehouseSink.finish`).
+of the points until its copy is complete; the initial snapshot's point waits for its last
+batch; a process that finds a cut transaction begun by an earlier one (after a crash)
+writes none until that transaction ends. A point is written at most every
+``as_of_every`` seconds (a commit of its own), and once more when a run ends
+(:meth:`~pgwire_cdc.lakehouse.sink.LakehouseSink.finish`).
 
 Reading as of an LSN ``X`` (:func:`choose`) takes the newest point at or before ``X``
 that names every table asked for; every table is then read at the version the point
@@ -85,20 +89,20 @@ def choose(
     if as_of_lsn is not None:
         points = points.filter(pc.less_equal(points["lsn"], as_of_lsn))
     wanted = None if tables is None else sorted(set(tables))
-    by_lsn: dict[int, dict[str, int]] = {}
-    for row in points.select(["lsn", "table", "version"]).to_pylist():
-        by_lsn.setdefault(int(row["lsn"]), {})[str(row["table"])] = int(row["version"])
-    for lsn in sorted(by_lsn, reverse=True):
-        versions = by_lsn[lsn]
+    # Newest first; only the rows of the points looked at become Python values (the
+    # table holds every point ever written).
+    for lsn in sorted(pc.unique(points["lsn"]).to_pylist(), reverse=True):
+        rows = points.filter(pc.equal(points["lsn"], lsn)).select(["table", "version"])
+        versions = dict(zip(rows["table"].to_pylist(), rows["version"].to_pylist(), strict=True))
         names = list(versions) if wanted is None else wanted
         if all(n in versions for n in names):
-            return lsn, {n: versions[n] for n in names}
+            return int(lsn), {n: int(versions[n]) for n in names}
     where = "" if as_of_lsn is None else f" at or before LSN {int_to_lsn(as_of_lsn)}"
     asked = "" if wanted is None else f" with {', '.join(wanted)}"
     raise NoPoint(
-        f"no as-of point{where}{asked}: the sink records one after a batch that ends between "
-        "two transactions (at most every as_of_every seconds, and when a run ends), for the "
-        "tables whose copy is complete; run the pipeline on, or ask for a later LSN"
+        f"no as-of point{where}{asked}: the sink records one after a batch (at most every "
+        "as_of_every seconds, and when a run ends), for the tables whose copy is complete; "
+        "run the pipeline on, or ask for a later LSN"
     )
 
 
