@@ -257,11 +257,16 @@ def keep_with(
     spark = spark_in(mode) if mode else None
     for step in steps:
         step.run(db.conn)
-        run(db, tmp_path, writer="spark" if mode else writer, spark=spark)
+        # delta-rs: a point after every batch (a Spark job each for the Spark writer, which
+        # writes one when 30 s have passed and when the run ends).
+        every = 30.0 if mode else 0.0
+        run(db, tmp_path, writer="spark" if mode else writer, spark=spark, as_of_every=every)
         step.check(db.conn, lambda name: delta.read_table(delta.table_path(tmp_path, name)))
+    # The as-of points this writer recorded (read by delta-rs, and by the writer's own
+    # session with versionAsOf): the newest is the last step's source.
+    at = delta.read(tmp_path, list(steps[-1].want))
+    steps[-1].check(db.conn, lambda name: at[name])
     if spark is not None:
-        # The as-of points this writer recorded, read by the same session (versionAsOf):
-        # the newest is the last step's source.
         frames = delta.read(tmp_path, list(steps[-1].want), spark=spark)
         steps[-1].check(db.conn, lambda name: frames[name].toArrow())
 

@@ -246,6 +246,40 @@ def test_a_table_being_copied_and_the_initial_snapshot_make_no_point_meanwhile(l
     assert lake.format.found_tables() in ([A, B], [])
 
 
+def test_a_copys_last_chunk_past_the_batchs_lsn_is_no_cut_transaction(lake: Lake) -> None:
+    """A chunk's rows stand at its high watermark, which can lie past the batch's LSN (the
+    last commit before it): the stream has passed it, so the table with them holds the
+    source at the batch's LSN, and the point there names it at its newest version."""
+    src = bank()
+    with src.transaction() as tx:
+        tx.insert(A, {"id": 1, "balance": 100})
+    sink = started(lake)
+    sink.apply(snapshot_batch(src.batch(), start=True))
+    with src.transaction() as tx:
+        tx.insert(B, {"id": 1, "balance": 100})
+        tx.insert(B, {"id": 2, "balance": 50})
+    chunk = src.batch().tables[B]
+    high = src.lsn + 40  # the watermark, a message, not a commit
+    read = chunk.set_column(
+        chunk.schema.get_field_index("_change_type"),
+        "_change_type",
+        pa.array(["read"] * chunk.num_rows, chunk.schema.field("_change_type").type),
+    ).set_column(
+        chunk.schema.get_field_index("_commit_lsn"),
+        "_commit_lsn",
+        pa.array([high] * chunk.num_rows, chunk.schema.field("_commit_lsn").type),
+    )
+    with src.transaction() as tx:
+        tx.update(A, {"id": 1}, {"balance": 70})
+    changes = src.batch()
+    tables = {**changes.tables, B: read}
+    sink.apply(Batch(tables=tables, lsn=changes.lsn, snapshot_progress={B: None}))
+    got = read_as_of(lake, None)
+    assert got.lsn == changes.lsn
+    for name in (A, B):
+        assert as_multiset(got[name].to_pylist()) == as_multiset(src.rows(name)), name
+
+
 def test_a_run_that_only_copied_the_tables_ends_with_a_point(lake: Lake) -> None:
     src = bank()
     with src.transaction() as tx:

@@ -220,15 +220,18 @@ class DeltaTables:
         adds: bool = True,
     ) -> None:
         commit = mark.commit()
-        self._changed(ref)
-        in_place = getattr(self.writer, "merge_in_place", None)
-        # The deletion-vector MERGE fills moved rows itself, from the rows it retires; a
-        # truncate deletes the rows the batch does not name: a copy-on-write MERGE.
-        if in_place is not None and not truncate:
-            if in_place(ref, source, keys, commit) is not None:
-                return
-        filled = fill_moved(source, keys, lambda old: self.read(ref, source_columns(source), old))
-        self.writer.merge(ref, filled, keys, truncate, commit)
+        try:
+            in_place = getattr(self.writer, "merge_in_place", None)
+            # The deletion-vector MERGE fills moved rows itself, from the rows it retires;
+            # a truncate deletes the rows the batch does not name: a copy-on-write MERGE.
+            if in_place is not None and not truncate:
+                if in_place(ref, source, keys, commit) is not None:
+                    return
+            read = lambda old: self.read(ref, source_columns(source), old)  # noqa: E731
+            self.writer.merge(ref, fill_moved(source, keys, read), keys, truncate, commit)
+        finally:
+            # After the commit (a table opened while merging is the version before it).
+            self._changed(ref)
 
     def record_progress(self, ref: str, batch_lsn: int, progress: Any) -> None:
         empty = self.schema(ref).empty_table()

@@ -510,11 +510,21 @@ class LakehouseSink:
             return
         held = plain_schema(self.format.schema(ref))
         ops = column_ops(changes, held, keep_dropped=self.keep_dropped_columns)
+        # A rewrite's new values are not in the stream: the table is read again (its
+        # copy's progress comes with later batches). Until that copy completes the table
+        # is not the source's (no as-of point names it), and the commit below records a
+        # copy from the start, so a run that stops first copies it again. (The stream
+        # stops before handing out a rewrite of a table it cannot read again.)
+        rewritten = "rewrite" in kinds
+        if rewritten:
+            self._progress[name] = []
         if not ops:
             return
         # At (commit, -1): before the first row of its transaction, so after every
         # transaction committed earlier.
         mark = Mark(current.lsn, place) if place[1] >= 0 else Mark(place[0] - 1)
+        if rewritten:
+            mark = dataclasses.replace(mark, progress=[])
         mark = self._sourced(mark)
         self._before_partial(ref, mark, current)
         self.format.reshape(ref, name, ops, mark)
@@ -647,8 +657,12 @@ class LakehouseSink:
         it (its commit LSN at or past ``lsn``; only the batch's last transaction can be)."""
         if self.as_of_every is None:
             return
+        # Not a copy's rows: they stand at their chunk's high watermark, which the stream
+        # has passed (every transaction before it is in the batch), even where that is
+        # past the batch's LSN, the last commit before it.
+        changed = [p.filter(pc.not_equal(p["_change_type"], "read")) for p in parts]
         last = max(
-            (int(pc.max(p["_commit_lsn"]).as_py()) for p in parts if p.num_rows), default=None
+            (int(pc.max(p["_commit_lsn"]).as_py()) for p in changed if p.num_rows), default=None
         )
         if last is not None and last >= lsn and self._cut.get(ref, (None,))[0] != last:
             self._cut[ref] = (last, None)
