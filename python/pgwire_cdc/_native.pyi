@@ -166,6 +166,13 @@ def reduce_changes(
     """The MERGE source of the change table ``changes``: its ``columns``, then ``_delete``,
     ``_unchanged`` and ``_from``, one row per value of ``key_columns``."""
 
+def history_changes(
+    changes: object, columns: list[str], key_columns: list[str]
+) -> tuple[ArrowStream, dict[str, int]]:
+    """One change per key and source transaction of the change table ``changes``, in
+    commit order: the columns of :func:`reduce_changes`, then ``_truncate`` (a truncate's
+    own row), ``_commit_lsn``, ``_commit_ts`` and ``_xid``."""
+
 def row_digests(table: object, columns: list[str]) -> ArrowStream:
     """A one-column table (``_digest``, uint64): a 64-bit digest of each row's ``columns``
     of ``table`` (an Arrow stream), in row order; equal rows give equal digests."""

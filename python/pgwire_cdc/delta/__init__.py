@@ -95,7 +95,7 @@ from .api import apply, merge_changes, run, verify
 from .maintain import compact, enable_deletion_vectors
 from .sink import DeltaSink, DeltaTables
 from .stores import s3a_conf, spark_path
-from .table import Position, position, read, read_table, table_path
+from .table import Position, history_path, position, read, read_table, table_path
 from .writers import WRITERS, DeltaRsWriter, SparkWriter, Writer
 
 __all__ = [
@@ -111,6 +111,7 @@ __all__ = [
     "apply",
     "compact",
     "enable_deletion_vectors",
+    "history_path",
     "merge_changes",
     "position",
     "read",

@@ -126,6 +126,9 @@ def run(
     auto_compact: bool = True,
     as_of_every: float | None = 30.0,
     keep_dropped_columns: bool = False,
+    history: str | None = None,
+    history_tables: Iterable[str] | None = None,
+    deletes: str = "hard",
     **stream_options: Any,
 ) -> ApplyStats:
     """Keeps one Delta table per published table under ``path`` until the stream ends
@@ -156,7 +159,11 @@ def run(
     ``as_of_every``: seconds between the as-of points :func:`read` reads all tables at
     one source LSN by (:mod:`~pgwire_cdc.lakehouse.points`; None: none are written).
     ``keep_dropped_columns``: a column dropped at the source (with the DDL capture) stays
-    in a table with a key, renamed ``<column>__dropped_<LSN>``, its values kept."""
+    in a table with a key, renamed ``<column>__dropped_<LSN>``, its values kept.
+    ``history="scd2"``: each table (of ``history_tables``, None: all) also gets a history
+    table at :func:`history_path` (catalog mode: ``<table>_history`` beside it), one row
+    per version of each source row (docs/history.md). ``deletes="soft"``: a deleted row
+    stays, ``_deleted`` true and ``_deleted_lsn`` the commit LSN that removed it."""
     _need_target(path, schema)
     sink = DeltaSink(
         path,
@@ -171,6 +178,9 @@ def run(
         auto_compact=auto_compact,
         as_of_every=as_of_every,
         keep_dropped_columns=keep_dropped_columns,
+        history=history,
+        history_tables=history_tables,
+        deletes=deletes,
     )
     options = StreamOptions(
         publication=publication,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -26,11 +26,12 @@ from ..lakehouse.positions import APP_ID, PROGRESS_APP_ID, Commit, Mark, Source
 from ..lakehouse.reshape import ColumnOp, reshape_rows
 from ..lakehouse.shape import plain_schema
 from ..lakehouse.sink import LakehouseSink
-from ..lakehouse.sql import default_table_name, key_filter, source_columns
+from ..lakehouse.sql import default_table_name, key_filter, quote_name, source_columns
 from ..lakehouse.stats import ApplyStats
 from .catalog import CatalogNames, is_table_name
 from .table import (
     base_path,
+    history_path,
     open_table,
     position,
     read_table,
@@ -117,6 +118,19 @@ class DeltaTables:
 
     def where(self) -> str:
         return f"in {self.names.schema_ref()}" if self.names else f"under {self.path}"
+
+    def history_ref(self, name: str) -> str:
+        """The history table's reference: :func:`~pgwire_cdc.delta.table.history_path`
+        under ``path``, or in catalog mode ``<table>_history`` beside the table."""
+        if self.names is None:
+            if self.path is None:
+                raise ConfigError("this Delta sink has no path: name the table itself")
+            return history_path(self.path, name)
+        table = self.names.table_name(name)
+        ref = f"{self.names.schema_ref()}.{quote_name(table + '_history')}"
+        if self.path is not None and isinstance(self.writer, SparkWriter):
+            self.writer.external[ref] = history_path(self.path, name)
+        return ref
 
     def found_tables(self) -> list[str]:
         """The source tables with a Delta table in a local ``path`` (none in catalog
@@ -378,6 +392,9 @@ class DeltaSink(LakehouseSink):
         auto_compact: bool = True,
         as_of_every: float | None = 30.0,
         keep_dropped_columns: bool = False,
+        history: str | None = None,
+        history_tables: Iterable[str] | None = None,
+        deletes: str = "hard",
     ) -> None:
         tables = DeltaTables(
             path,
@@ -391,7 +408,13 @@ class DeltaSink(LakehouseSink):
             auto_compact=auto_compact,
         )
         super().__init__(
-            tables, on_step, as_of_every=as_of_every, keep_dropped_columns=keep_dropped_columns
+            tables,
+            on_step,
+            as_of_every=as_of_every,
+            keep_dropped_columns=keep_dropped_columns,
+            history=history,
+            history_tables=history_tables,
+            deletes=deletes,
         )
         self.path = tables.path
         self.storage_options = tables.storage_options

@@ -33,6 +33,17 @@ def table_path(path: str | os.PathLike[str], name: str) -> str:
     return f"{base_path(path)}/{quote(name, safe='._-')}"
 
 
+#: The directory under a Delta sink's path holding its history tables.
+HISTORY_DIR = "_pgwire_cdc.history"
+
+
+def history_path(path: str | os.PathLike[str], name: str) -> str:
+    """The history table (``history="scd2"``) of the source table ``name`` under ``path``:
+    beside the current-state tables, in a directory of its own (so no source table's
+    name can be it)."""
+    return f"{base_path(path)}/{HISTORY_DIR}/{quote(name, safe='._-')}"
+
+
 def base_path(path: str | os.PathLike[str]) -> str:
     # Spark takes `delta.`<path>`` for a table only when the path is absolute.
     base = os.fspath(path)

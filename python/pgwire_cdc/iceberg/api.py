@@ -43,6 +43,9 @@ def run(
     on_step: Callable[[str], None] | None = None,
     as_of_every: float | None = 30.0,
     keep_dropped_columns: bool = False,
+    history: str | None = None,
+    history_tables: Iterable[str] | None = None,
+    deletes: str = "hard",
     **stream_options: Any,
 ) -> ApplyStats:
     """Keeps one Iceberg table per published table in ``catalog.namespace`` (a catalog
@@ -54,7 +57,10 @@ def run(
     over :data:`~pgwire_cdc.iceberg.DEFAULT_PROPERTIES`. ``as_of_every``: seconds between
     the as-of points that :func:`read` reads by (None: none). ``keep_dropped_columns``: a
     column dropped at the source (with the DDL capture) stays in a table with a key,
-    renamed ``<column>__dropped_<LSN>``, its values kept."""
+    renamed ``<column>__dropped_<LSN>``, its values kept. ``history="scd2"``: each table
+    (of ``history_tables``, None: all) also gets a history table ``<table>_history`` (one
+    row per version of each source row: docs/history.md). ``deletes="soft"``: a deleted
+    row stays, ``_deleted`` true and ``_deleted_lsn`` the commit LSN that removed it."""
     sink = IcebergSink(
         spark,
         catalog,
@@ -64,6 +70,9 @@ def run(
         on_step=on_step,
         as_of_every=as_of_every,
         keep_dropped_columns=keep_dropped_columns,
+        history=history,
+        history_tables=history_tables,
+        deletes=deletes,
     )
     options = StreamOptions(
         publication=publication,

@@ -10,7 +10,7 @@ column added, a type widened in place, a column dropped), and Spark's ``MERGE IN
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -104,6 +104,13 @@ class IcebergTables:
     def ref(self, name: str) -> str:
         """The Spark SQL name of the source table ``name``'s Iceberg table."""
         return table_ref(self.catalog, self.namespace, name, self.table_name)
+
+    def history_ref(self, name: str) -> str:
+        """``<table>_history`` beside the table."""
+        table_name = self.table_name
+        return table_ref(
+            self.catalog, self.namespace, name, lambda source: table_name(source) + "_history"
+        )
 
     def where(self) -> str:
         return f"in {self.catalog}.{self.namespace}"
@@ -420,12 +427,21 @@ class IcebergSink(LakehouseSink):
         on_step: Callable[[str], None] | None = None,
         as_of_every: float | None = 30.0,
         keep_dropped_columns: bool = False,
+        history: str | None = None,
+        history_tables: Iterable[str] | None = None,
+        deletes: str = "hard",
     ) -> None:
         tables = IcebergTables(
             spark, catalog, namespace, table_name=table_name, properties=properties
         )
         super().__init__(
-            tables, on_step, as_of_every=as_of_every, keep_dropped_columns=keep_dropped_columns
+            tables,
+            on_step,
+            as_of_every=as_of_every,
+            keep_dropped_columns=keep_dropped_columns,
+            history=history,
+            history_tables=history_tables,
+            deletes=deletes,
         )
         self.spark = tables.spark
         self.catalog = catalog

@@ -89,6 +89,11 @@ class TableFormat(Protocol):
         """The reference of the source table ``name``'s table."""
         ...
 
+    def history_ref(self, name: str) -> str:
+        """The reference of the source table ``name``'s history table
+        (:mod:`~pgwire_cdc.lakehouse.history`), which :meth:`found_tables` never lists."""
+        ...
+
     def where(self) -> str:
         """Where the tables are, for messages ("under /data/lake", "in lake.app")."""
         ...

@@ -25,6 +25,9 @@ from .positions import NO_PROGRESS, Mark, Source
 from .reshape import ColumnOp, reshape_rows
 from .sql import source_columns
 
+#: Where the in-memory history tables are (names no source table has).
+HISTORY_PREFIX = "_pgwire_cdc.history/"
+
 if TYPE_CHECKING:
     from ..streaming import StreamOptions
 
@@ -108,11 +111,18 @@ class MemoryTables:
     def ref(self, name: str) -> str:
         return name
 
+    def history_ref(self, name: str) -> str:
+        return f"{HISTORY_PREFIX}{name}"
+
     def where(self) -> str:
         return "in memory"
 
     def found_tables(self) -> list[str]:
-        return sorted(name for name in self.tables if not is_points(name))
+        return sorted(
+            name
+            for name in self.tables
+            if not is_points(name) and not name.startswith(HISTORY_PREFIX)
+        )
 
     def position(self, ref: str) -> TablePosition | None:
         table = self.tables.get(ref)

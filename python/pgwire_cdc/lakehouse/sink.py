@@ -50,10 +50,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _native
+from ..errors import ConfigError
 from ..lsn import int_to_lsn
 from ..tables import (
     METADATA_COLUMNS,
@@ -65,6 +67,7 @@ from ..tables import (
     unsliced,
     without_columns,
 )
+from . import history as history_mod
 from .format import TableFormat, TablePosition
 from .identity import Server, refusal
 from .points import POINTS, POINTS_SCHEMA, is_points, point_rows
@@ -187,10 +190,24 @@ class LakehouseSink:
         *,
         as_of_every: float | None = 30.0,
         keep_dropped_columns: bool = False,
+        history: str | None = None,
+        history_tables: Iterable[str] | None = None,
+        deletes: str = "hard",
     ) -> None:
+        history_mod.check_mode(history)
+        if deletes not in ("hard", "soft"):
+            raise ConfigError(f"deletes={deletes!r}: 'hard' or 'soft'")
+        #: ``"soft"``: a deleted row stays, ``_deleted`` true and ``_deleted_lsn`` its
+        #: delete's commit LSN (:data:`SOFT_DELETE_COLUMNS`); a table without a key
+        #: deletes its rows all the same (they have no identity to keep).
+        self.deletes = deletes
         self.format = format
         self.as_of_every = as_of_every
         self.keep_dropped_columns = keep_dropped_columns
+        #: ``"scd2"``: history tables too (:mod:`~pgwire_cdc.lakehouse.history`), for the
+        #: tables ``history_tables`` names (None: every table).
+        self.history = history
+        self.history_tables = None if history_tables is None else set(history_tables)
         self._on_step = on_step or (lambda _step: None)
         # Tables the initial snapshot in progress has written (their first part replaced
         # the table; later parts append).
@@ -294,7 +311,9 @@ class LakehouseSink:
         tasks under the slot's exported snapshot and written over each table, the
         consistent point as its position (rows go from the tasks to the table's files,
         never through the driver); None where the format leaves it to the stream."""
-        if not options.snapshot:
+        if not options.snapshot or self.history is not None or self.deletes == "soft":
+            # The history tables and the soft-delete columns take the snapshot's rows
+            # from its batches.
             return None
         copy = self.format.copier(dsn, options)
         if copy is None:
@@ -435,6 +454,10 @@ class LakehouseSink:
 
     def _snapshot_part(self, name: str, changes: pa.Table, stats: ApplyStats) -> None:
         ref = self._ref(name)
+        if self._keeps_history(name) and changes.num_rows:
+            self._snapshot_history(name, changes, first=name not in self._snapshot_written)
+        if self.deletes == "soft" and key_columns(changes) is not None:
+            changes = _live(changes)
         rows = lake_shape(changes).select(data_columns(changes))
         stats.inserted += rows.num_rows
         if name in self._snapshot_written:
@@ -569,6 +592,8 @@ class LakehouseSink:
         progress: Any,
         stats: ApplyStats,
     ) -> None:
+        if self._keeps_history(name) and changes.num_rows:
+            self._history(name, changes, lsn, stats)
         given, known = progress, self._progress.get(name, NO_PROGRESS)
         if progress is NO_PROGRESS:
             progress = known
@@ -595,6 +620,9 @@ class LakehouseSink:
         self._before_partial(ref, mark, self._position(ref))
         changes = lake_shape(changes)
         keys = key_columns(changes)
+        soft = self.deletes == "soft" and keys is not None
+        if soft:
+            changes = _live(changes)
         if not self.format.exists(ref):
             self.format.create(ref, changes.select(data_columns(changes)).schema)
         changes = self._fit(name, ref, changes, keyed=keys is not None)
@@ -608,10 +636,42 @@ class LakehouseSink:
             copying = isinstance(self._progress.get(name), list)
             adds = adds_keys(changes, keys, copying=copying)
             stream, counts = _native.reduce_changes(unsliced(changes), columns, keys)
-            self.format.merge(ref, table_of(stream), keys, counts["truncated"] > 0, mark, adds=adds)
+            reduced, truncate = table_of(stream), counts["truncated"] > 0
+            if soft:
+                reduced = self._soft_deletes(ref, changes, reduced, keys, truncate)
+                truncate = False
+            self.format.merge(ref, reduced, keys, truncate, mark, adds=adds)
         stats.add({k: v for k, v in counts.items() if k in vars(stats)})
         stats.commits += 1
         self._committed(ref, mark)
+
+    def _soft_deletes(
+        self, ref: str, changes: pa.Table, reduced: pa.Table, keys: list[str], truncate: bool
+    ) -> pa.Table:
+        """The MERGE source ``reduced`` with its deletes made updates that keep the row,
+        ``_deleted`` true and ``_deleted_lsn`` the LSN of the change that removed its key
+        (a delete, a key change, a truncate); a key the table does not hold (inserted and
+        deleted between two batches) is left out."""
+        gone = reduced["_delete"]
+        deleted = reduced.filter(gone)
+        live = reduced.filter(pc.invert(gone))
+        extra: list[pa.Table] = []
+        if truncate:
+            # Every live row the batch does not name goes, at the last truncate.
+            held = self.format.read(ref, [*keys, "_deleted"])
+            held = held.filter(pc.invert(pc.fill_null(held["_deleted"], False))).select(keys)
+            named = reduced.select(keys).cast(held.schema)
+            held = held.join(named, keys, join_type="left anti")
+            extra.append(_truncated_at(changes, held, keys))
+        if deleted.num_rows:
+            keys_now = deleted.select(keys)
+            held = self.format.read(ref, keys, keys_now).select(keys).cast(keys_now.schema)
+            keys_now = keys_now.join(held, keys, join_type="left semi")
+            extra.append(keys_now.join(_removed_at(changes, keys), keys, join_type="inner"))
+        if not extra:
+            return live
+        removed = pa.concat_tables(extra, promote_options="permissive")
+        return pa.concat_tables([live, _as_removed(removed, changes, reduced, keys)])
 
     def _fit(self, name: str, ref: str, changes: pa.Table, *, keyed: bool) -> pa.Table:
         """Evolves the table to the changes' columns, and the changes to the table's: a
@@ -645,6 +705,106 @@ class LakehouseSink:
             self._shapes[name] = text
             self._versions.pop(ref, None)
             self._on_step("committed")
+
+    # -- history tables ------------------------------------------------------------------
+
+    def _keeps_history(self, name: str) -> bool:
+        return self.history is not None and (
+            self.history_tables is None or name in self.history_tables
+        )
+
+    @staticmethod
+    def _history_keys(name: str, changes: pa.Table) -> list[str]:
+        keys = key_columns(changes)
+        if keys is None:
+            raise ConfigError(
+                f"{name} has no key (REPLICA IDENTITY FULL or none), so its rows have no "
+                "versions to keep: give it a primary key or a replica identity index, or "
+                "leave it out of history_tables"
+            )
+        return keys
+
+    def _history_table(self, name: str, changes: pa.Table) -> tuple[str, pa.Schema]:
+        """The history table of ``name``, made or evolved to the columns of ``changes``
+        (a change table in the lake's types); its reference and columns."""
+        ref = self.format.history_ref(name)
+        columns = data_columns(changes)
+        ts_type = changes.schema.field("_commit_ts").type
+        wanted = pa.schema([*changes.select(columns).schema, *history_mod.history_fields(ts_type)])
+        if not self.format.exists(ref):
+            self.format.create(ref, wanted)
+            self._positions[ref] = TablePosition(None)
+        held = plain_schema(self.format.evolve(ref, f"{name} (history)", wanted, drop=False))
+        return ref, held
+
+    def _history(self, name: str, changes: pa.Table, lsn: int, stats: ApplyStats) -> None:
+        """The versions ``changes`` make, into the history table of ``name``, past its
+        own position (it may lag the table's: written in commits of its own)."""
+        keys = self._history_keys(name, changes)
+        href = self.format.history_ref(name)
+        current = self._position(href) if self.format.exists(href) else None
+        current = current or TablePosition(None)
+        kept = unapplied(changes, current.lsn, current.ordinal_of)
+        if kept.num_rows == 0:
+            return
+        for part, mark in marks(kept, lsn, current.lsn):
+            part = lake_shape(part)
+            href, held = self._history_table(name, part)
+            columns = [n for n in held.names if n not in history_mod.HISTORY_COLUMNS]
+            # Columns the changes lack (dropped or renamed at the source before them):
+            # null in their versions, as the source row has no such column any more.
+            for f in held:
+                if f.name in columns and f.name not in part.column_names:
+                    part = part.append_column(f, pa.nulls(part.num_rows, f.type))
+            found = history_mod.versions(part, data_columns(part), keys)
+            if pc.any(found["_truncate"]).as_py():
+                now = self.format.read(href, held.names)
+            else:
+                touched = history_mod.touched_keys(found, keys)
+                now = self.format.read(href, held.names, touched)
+                now = now.filter(history_mod.matching(now, touched, keys))
+            now = now.filter(pc.is_null(now["_valid_to_lsn"]))
+            rows = history_mod.scd2_rows(found, now, columns, keys)
+            gone = rows["_gone"] if "_gone" in rows.column_names else None
+            rows = rows.select(held.names).cast(held)
+            if gone is not None:
+                rows = rows.append_column("_gone", gone)
+            source = history_mod.merge_source(rows, keys)
+            mark = self._sourced(mark)
+            self.format.merge(href, source, history_mod.merge_keys(keys), False, mark)
+            stats.commits += 1
+            self._committed(href, mark)
+
+    def _snapshot_history(self, name: str, changes: pa.Table, *, first: bool) -> None:
+        """An initial snapshot's rows as versions from its consistent point; its first
+        part ends the versions the history table holds as current (a new snapshot over
+        an existing history: its rows start versions of their own)."""
+        keys = self._history_keys(name, changes)
+        shaped = lake_shape(changes)
+        href, held = self._history_table(name, shaped)
+        lsn = int(changes["_commit_lsn"][0].as_py())
+        columns = [n for n in held.names if n not in history_mod.HISTORY_COLUMNS]
+        ts_type = held.field("_valid_from").type
+        rows = shaped.select([c for c in columns if c in shaped.column_names])
+        for f in held:
+            if f.name in columns and f.name not in rows.column_names:
+                rows = rows.append_column(f, pa.nulls(rows.num_rows, f.type))
+        rows = history_mod.snapshot_rows(rows.select(columns), lsn, ts_type)
+        if first:
+            now = self.format.read(href, held.names)
+            now = now.filter(pc.is_null(now["_valid_to_lsn"]))
+            if now.num_rows:
+                ended = history_mod.ended_at(now, lsn).select(held.names).cast(held)
+                rows = pa.concat_tables([rows.select(held.names).cast(held), ended])
+        rows = rows.select(held.names).cast(held)
+        if not first:
+            self.format.write(href, rows, "append", None)
+            self._committed(href, None)
+            return
+        mark = self._sourced(Mark(snapshot_position(lsn), None, None))
+        source = history_mod.merge_source(rows, keys)
+        self.format.merge(href, source, history_mod.merge_keys(keys), False, mark)
+        self._committed(href, mark)
 
     # -- as-of points --------------------------------------------------------------------
 
@@ -726,6 +886,102 @@ class LakehouseSink:
         self.format.write(ref, rows, "append", None)
         self._point_written = time.monotonic()
         self._on_step("committed")
+
+
+#: The columns ``deletes="soft"`` adds to a table.
+SOFT_DELETE_COLUMNS = ("_deleted", "_deleted_lsn")
+
+
+def _live(changes: pa.Table) -> pa.Table:
+    """A change table with :data:`SOFT_DELETE_COLUMNS` as data columns: every row it
+    writes is live (a key inserted again after its delete lives again)."""
+    n = changes.num_rows
+    at = len(data_columns(changes))
+    out = changes.add_column(at, pa.field("_deleted", pa.bool_()), pa.array([False] * n))
+    return out.add_column(at + 1, pa.field("_deleted_lsn", pa.int64()), pa.nulls(n, pa.int64()))
+
+
+def _truncated_at(changes: pa.Table, held: pa.Table, keys: list[str]) -> pa.Table:
+    """The keys ``held`` (rows a truncate of the batch removed) with ``_at``: the commit
+    LSN of the first truncate after the batch's last change of the key."""
+    kinds = changes["_change_type"].to_numpy(zero_copy_only=False)
+    commits = changes["_commit_lsn"].to_numpy(zero_copy_only=False)
+    truncates = np.flatnonzero(kinds == "truncate")
+    positions = pa.array(np.arange(changes.num_rows))
+    last = _old_keys(changes, keys).append_column("_pos", positions)
+    last = last.group_by(keys, use_threads=False).aggregate([("_pos", "max")])
+    key_schema = held.select(keys).schema
+    last = last.cast(pa.schema([*key_schema, last.schema.field("_pos_max")]))
+    joined = held.select(keys).join(last, keys, join_type="left outer", use_threads=False)
+    after = pc.fill_null(joined["_pos_max"], -1).to_numpy(zero_copy_only=False)
+    at = np.minimum(np.searchsorted(truncates, after, side="right"), len(truncates) - 1)
+    return joined.select(keys).append_column("_at", pa.array(commits[truncates[at]], pa.int64()))
+
+
+def _old_keys(changes: pa.Table, keys: list[str]) -> pa.Table:
+    """Per change, the key it found its row under (the old image's, where it has one)."""
+    before = changes["_before"].combine_chunks()
+    return pa.table(
+        {
+            k: pc.if_else(before.is_valid(), before.field(k), changes[k].combine_chunks()).cast(
+                changes.schema.field(k).type
+            )
+            for k in keys
+        }
+    )
+
+
+def _removed_at(changes: pa.Table, keys: list[str]) -> pa.Table:
+    """Per key a change found its row under (the old image's key where it has one), the
+    commit LSN of the last such change: for a key the batch removed, its removal's."""
+    table = _old_keys(changes, keys).append_column("_commit_lsn", changes["_commit_lsn"])
+    found = table.group_by(keys, use_threads=False).aggregate([("_commit_lsn", "max")])
+    return found.rename_columns([*keys, "_at"])
+
+
+def _as_removed(
+    removed: pa.Table, changes: pa.Table, reduced: pa.Table, keys: list[str]
+) -> pa.Table:
+    """The rows of the keys ``removed`` (with ``_at``, the LSN that removed each) as
+    upserts of the MERGE source ``reduced``: the values the batch last gave the row
+    before it went (unchanged TOAST and values the batch did not touch kept from the
+    table), ``_deleted`` true, ``_deleted_lsn`` ``_at``."""
+    columns = [c for c in data_columns(changes) if c not in SOFT_DELETE_COLUMNS]
+    found = history_mod.versions(changes, columns, keys)
+    found = found.append_column("_pos", pa.array(range(found.num_rows), pa.int64()))
+    rows = found.filter(pc.invert(pc.or_(found["_delete"], found["_truncate"])))
+    last = rows.group_by(keys, use_threads=False).aggregate([("_pos", "max")])
+    last = rows.filter(pc.is_in(rows["_pos"], value_set=last["_pos_max"]))
+    # Joined on the keys and positions alone (a join carries no list or struct column).
+    joined = removed.select([*keys, "_at"]).join(
+        last.select([*keys, "_pos"]), keys, join_type="left outer", use_threads=False
+    )
+    n = joined.num_rows
+    known = pc.is_valid(joined["_pos"])
+    from_last = found.take(pc.fill_null(joined["_pos"], 0))
+    picked = {**{c: from_last[c] for c in from_last.column_names}}
+    picked.update({k: joined[k] for k in [*keys, "_at"]})
+    out: dict[str, Any] = {}
+    kept = [c for c in columns if c not in keys]
+    for name in reduced.column_names:
+        field = reduced.schema.field(name)
+        if name in keys:
+            out[name] = picked[name].cast(field.type)
+        elif name == "_deleted":
+            out[name] = pa.array([True] * n, field.type)
+        elif name == "_deleted_lsn":
+            out[name] = picked["_at"].cast(field.type)
+        elif name == "_delete":
+            out[name] = pa.array([False] * n)
+        elif name == "_unchanged":
+            everything = pa.scalar(kept, field.type)
+            out[name] = pc.if_else(known, picked["_unchanged"].cast(field.type), everything)
+        elif name in picked:
+            value = picked[name].cast(field.type)
+            out[name] = pc.if_else(known, value, pa.scalar(None, field.type))
+        else:
+            out[name] = pa.nulls(n, field.type)
+    return pa.table(out, schema=reduced.schema)
 
 
 def _next_place(later: list[pa.Table | list[SchemaChange]]) -> int | None:

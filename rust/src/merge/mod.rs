@@ -37,7 +37,7 @@ mod reduce;
 
 pub use apply::{apply_changes, ApplyError, ApplyStats, KeyMode};
 pub use digest::row_digests;
-pub use reduce::{reduce_changes, Reduced};
+pub use reduce::{history_changes, reduce_changes, Reduced};
 
 #[cfg(test)]
 mod tests;

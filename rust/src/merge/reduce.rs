@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use ahash::RandomState;
 use arrow_array::builder::{ListBuilder, StringBuilder};
-use arrow_array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch, StructArray};
+use arrow_array::{
+    new_null_array, Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, StructArray,
+};
 use arrow_buffer::NullBuffer;
 use arrow_row::{Row, Rows};
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
@@ -33,6 +35,7 @@ pub struct Reduced {
 }
 
 /// The final change of one key.
+#[derive(Clone)]
 enum Final {
     Row {
         version: RowVersion,
@@ -45,6 +48,8 @@ enum Final {
         /// The old key's values.
         key: Src,
     },
+    /// A `truncate` (in a history only): every row of the table goes.
+    Truncated,
 }
 
 /// Reduces `changes` (change batches of one table whose columns include `schema`'s, by
@@ -57,22 +62,90 @@ pub fn reduce_changes(
     changes: &[RecordBatch],
     key_columns: &[usize],
 ) -> Result<Reduced, ApplyError> {
+    let parsed = parse(schema, changes, key_columns)?;
+    let keyed = Keyed::new(schema, &parsed, key_columns)?;
+    let folded = fold(schema, &parsed, &keyed, None)?;
+    let live: Vec<&Final> = folded.finals.iter().flatten().collect();
+    let columns = assemble(schema, &parsed, &keyed, key_columns, &live)?;
+    Ok(Reduced {
+        batch: RecordBatch::try_new(columns.0, columns.1)?,
+        truncated: folded.truncated,
+        stats: folded.stats,
+    })
+}
+
+/// The history of the rows `changes` touch: like [`reduce_changes`], but one change per
+/// key **and source transaction** — the row as that transaction left it (or its delete)
+/// — in commit order, each followed by the `_commit_lsn`, `_commit_ts` and `_xid` of its
+/// transaction, and a `truncate` as a row of its own (`_truncate` true, the key null).
+/// Columns listed in `_unchanged` are those no change of the batch supplied: the row's
+/// version before the batch holds them (under `_from` when the row moved).
+pub fn history_changes(
+    schema: &SchemaRef,
+    changes: &[RecordBatch],
+    key_columns: &[usize],
+) -> Result<Reduced, ApplyError> {
+    let parsed = parse(schema, changes, key_columns)?;
+    let keyed = Keyed::new(schema, &parsed, key_columns)?;
+    let column = |batch: &RecordBatch, name: &str| -> Result<ArrayRef, ApplyError> {
+        batch
+            .column_by_name(name)
+            .cloned()
+            .ok_or_else(|| ApplyError::Schema(format!("the change table has no {name}")))
+    };
+    let commits: Vec<Int64Array> = changes
+        .iter()
+        .map(|c| {
+            column(c, meta::COMMIT_LSN)?
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .cloned()
+                .ok_or_else(|| ApplyError::Schema("_commit_lsn is not int64".into()))
+        })
+        .collect::<Result<_, _>>()?;
+    let folded = fold(schema, &parsed, &keyed, Some(&commits))?;
+    let live: Vec<&Final> = folded.emitted.iter().map(|(f, _)| f).collect();
+    let (schema_out, mut columns) = assemble(schema, &parsed, &keyed, key_columns, &live)?;
+    let mut fields: Vec<Arc<Field>> = schema_out.fields().iter().cloned().collect();
+    let truncates: BooleanArray = live
+        .iter()
+        .map(|f| Some(matches!(f, Final::Truncated)))
+        .collect();
+    fields.push(Arc::new(Field::new("_truncate", DataType::Boolean, false)));
+    columns.push(Arc::new(truncates));
+    let picks: Vec<(usize, usize)> = folded
+        .emitted
+        .iter()
+        .map(|(_, s)| (s.0 as usize, s.1 as usize))
+        .collect();
+    for name in [meta::COMMIT_LSN, meta::COMMIT_TS, meta::XID] {
+        let arrays: Vec<ArrayRef> = changes
+            .iter()
+            .map(|c| column(c, name))
+            .collect::<Result<_, _>>()?;
+        let refs: Vec<&dyn Array> = arrays.iter().map(AsRef::as_ref).collect();
+        let picked = interleave(&refs, &picks)?;
+        fields.push(Arc::new(Field::new(name, picked.data_type().clone(), true)));
+        columns.push(picked);
+    }
+    Ok(Reduced {
+        batch: RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?,
+        truncated: folded.truncated,
+        stats: folded.stats,
+    })
+}
+
+/// The change batches' columns, after checking the key columns.
+fn parse<'a>(
+    schema: &SchemaRef,
+    changes: &'a [RecordBatch],
+    key_columns: &[usize],
+) -> Result<Vec<ChangeColumns<'a>>, ApplyError> {
     let width = schema.fields().len();
     if key_columns.is_empty() || key_columns.iter().any(|&c| c >= width) {
         return Err(ApplyError::Schema("no usable key columns".into()));
     }
-    let parsed: Vec<ChangeColumns<'_>> = changes
-        .iter()
-        .map(|c| change_columns(schema, c))
-        .collect::<Result<_, _>>()?;
-    let keyed = Keyed::new(schema, &parsed, key_columns)?;
-    let folded = fold(schema, &parsed, &keyed)?;
-    let batch = assemble(schema, &parsed, &keyed, key_columns, &folded.finals)?;
-    Ok(Reduced {
-        batch,
-        truncated: folded.truncated,
-        stats: folded.stats,
-    })
+    changes.iter().map(|c| change_columns(schema, c)).collect()
 }
 
 /// Phase one: the keys of every change, in the row format that compares them.
@@ -146,8 +219,45 @@ impl Keyed {
 /// a key's change was replaced or a truncate cleared it).
 struct Folded {
     finals: Vec<Option<Final>>,
+    /// In a history: each transaction's changes, with a change row of the transaction.
+    emitted: Vec<(Final, Src)>,
     stats: ApplyStats,
     truncated: bool,
+}
+
+/// A history's bookkeeping while folding: the final changes the current transaction
+/// touched, emitted when the next transaction starts.
+#[derive(Default)]
+struct Transactions {
+    emitted: Vec<(Final, Src)>,
+    touched: Vec<usize>,
+    commit: Option<Option<i64>>,
+    last: Src,
+}
+
+impl Transactions {
+    /// Called before the change at `here`, of the transaction committed at `commit`.
+    fn at(&mut self, commit: Option<i64>, here: Src, finals: &[Option<Final>]) {
+        if self.commit.is_some_and(|c| c != commit) {
+            self.flush(finals);
+        }
+        self.commit = Some(commit);
+        self.last = here;
+    }
+
+    /// The current transaction's touched keys, as it left them.
+    fn flush(&mut self, finals: &[Option<Final>]) {
+        let mut seen = std::collections::HashSet::new();
+        for &at in &self.touched {
+            if !seen.insert(at) {
+                continue;
+            }
+            if let Some(Some(f)) = finals.get(at) {
+                self.emitted.push((f.clone(), self.last));
+            }
+        }
+        self.touched.clear();
+    }
 }
 
 /// Phase two: every change folded, in commit order, into the final change of its key.
@@ -155,11 +265,13 @@ fn fold(
     schema: &SchemaRef,
     parsed: &[ChangeColumns<'_>],
     keyed: &Keyed,
+    commits: Option<&[Int64Array]>,
 ) -> Result<Folded, ApplyError> {
     let mut finals: Vec<Option<Final>> = Vec::new();
     let mut index: HashMap<Row<'_>, usize, RandomState> = HashMap::with_hasher(RandomState::new());
     let mut stats = ApplyStats::default();
     let mut truncated = false;
+    let mut txns = Transactions::default();
     for (ci, c) in parsed.iter().enumerate() {
         let (Some(new_k), Some(before_k)) = (keyed.new_keys.get(ci), keyed.before_keys.get(ci))
         else {
@@ -167,6 +279,10 @@ fn fold(
         };
         for (i, kind) in c.kinds.iter().enumerate() {
             let here: Src = (to_u32(ci)?, to_u32(i)?);
+            if let Some(lsns) = commits.and_then(|c| c.get(ci)) {
+                let commit = lsns.is_valid(i).then(|| lsns.value(i));
+                txns.at(commit, here, &finals);
+            }
             let (old_key, old_src) = match (c.before, before_k) {
                 (Some(before), Some(bk)) if before.is_valid(i) => {
                     (bk.row(i), (to_u32(keyed.n + ci)?, to_u32(i)?))
@@ -179,18 +295,22 @@ fn fold(
                     truncated = true;
                     finals.clear();
                     index.clear();
+                    txns.touched.clear();
+                    if commits.is_some() {
+                        txns.emitted.push((Final::Truncated, here));
+                    }
                 }
                 Kind::Delete => {
                     stats.deleted += 1;
                     if take(&mut index, &mut finals, old_key).is_none() {
                         stats.missing_rows += 1;
                     }
-                    place(
+                    txns.touched.push(place(
                         &mut index,
                         &mut finals,
                         old_key,
                         Final::Deleted { key: old_src },
-                    );
+                    ));
                 }
                 Kind::Upsert => {
                     stats.inserted += 1;
@@ -202,30 +322,34 @@ fn fold(
                         unknown: Vec::new(),
                         from: None,
                     };
-                    place(&mut index, &mut finals, new_k.row(i), row);
+                    txns.touched
+                        .push(place(&mut index, &mut finals, new_k.row(i), row));
                 }
                 Kind::Update => {
                     stats.updated += 1;
                     let prior = take(&mut index, &mut finals, old_key);
                     let moved = old_key != new_k.row(i);
                     if moved {
-                        place(
+                        txns.touched.push(place(
                             &mut index,
                             &mut finals,
                             old_key,
                             Final::Deleted { key: old_src },
-                        );
+                        ));
                     }
                     let unchanged = unchanged_columns(schema, c.unchanged, i)?;
                     let moved_from = moved.then_some(old_src);
                     let row = updated(prior.as_ref(), unchanged, here, moved_from, keyed.null);
-                    place(&mut index, &mut finals, new_k.row(i), row);
+                    txns.touched
+                        .push(place(&mut index, &mut finals, new_k.row(i), row));
                 }
             }
         }
     }
+    txns.flush(&finals);
     Ok(Folded {
         finals,
+        emitted: txns.emitted,
         stats,
         truncated,
     })
@@ -289,11 +413,10 @@ fn assemble(
     parsed: &[ChangeColumns<'_>],
     keyed: &Keyed,
     key_columns: &[usize],
-    finals: &[Option<Final>],
-) -> Result<RecordBatch, ApplyError> {
+    live: &[&Final],
+) -> Result<(SchemaRef, Vec<ArrayRef>), ApplyError> {
     let width = schema.fields().len();
     let null = keyed.null;
-    let live: Vec<&Final> = finals.iter().flatten().collect();
     let is_key = |col: usize| key_columns.contains(&col);
     // Every value source of column `col`, indexed as `Src` is.
     let sources = |col: usize| -> Result<Vec<ArrayRef>, ApplyError> {
@@ -331,18 +454,18 @@ fn assemble(
             .map(|f| match f {
                 Final::Row { version, .. } => at(version.source_of(col)),
                 Final::Deleted { key } if is_key(col) => at(*key),
-                Final::Deleted { .. } => at(null),
+                Final::Deleted { .. } | Final::Truncated => at(null),
             })
             .collect();
         columns.push(pick_all(&sources(col)?, &picks)?);
     }
     let deletes: BooleanArray = live
         .iter()
-        .map(|f| Some(matches!(f, Final::Deleted { .. })))
+        .map(|f| Some(matches!(f, Final::Deleted { .. } | Final::Truncated)))
         .collect();
     columns.push(Arc::new(deletes));
     let mut unchanged = ListBuilder::new(StringBuilder::new());
-    for f in &live {
+    for f in live {
         if let Final::Row { unknown, .. } = f {
             for &col in unknown {
                 unchanged.values().append_value(schema.field(col).name());
@@ -386,10 +509,7 @@ fn assemble(
         DataType::Struct(from_fields),
         true,
     )));
-    Ok(RecordBatch::try_new(
-        Arc::new(Schema::new(fields)),
-        columns,
-    )?)
+    Ok((Arc::new(Schema::new(fields)), columns))
 }
 
 /// Removes the final change stored under `key` and returns it.
@@ -408,13 +528,15 @@ fn place<'k>(
     finals: &mut Vec<Option<Final>>,
     key: Row<'k>,
     value: Final,
-) {
+) -> usize {
     if let Some(&at) = index.get(&key) {
         if let Some(slot) = finals.get_mut(at) {
             *slot = Some(value);
-            return;
+            return at;
         }
     }
-    index.insert(key, finals.len());
+    let at = finals.len();
+    index.insert(key, at);
     finals.push(Some(value));
+    at
 }

@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use arrow_array::builder::{ListBuilder, StringBuilder};
 use arrow_array::cast::AsArray;
-use arrow_array::types::Int32Type;
+use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{
-    Array, ArrayRef, DictionaryArray, Int32Array, RecordBatch, StringArray, StructArray,
+    Array, ArrayRef, DictionaryArray, Int32Array, Int64Array, RecordBatch, StringArray, StructArray,
 };
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
 
-use super::{apply_changes, reduce_changes, ApplyStats, KeyMode};
+use super::{apply_changes, history_changes, reduce_changes, ApplyStats, KeyMode};
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -350,4 +350,121 @@ fn reduce_after_a_truncate_keeps_only_later_changes() {
     ]);
     assert!(truncated);
     assert_eq!(rows, vec![row(2, Some("new"), false, &[], None)]);
+}
+
+/// `changes` with each row's transaction: `_commit_lsn`, `_commit_ts`, `_xid`.
+fn in_transactions(rows: &[Change], commits: &[i64]) -> RecordBatch {
+    let batch = changes(rows);
+    let mut fields = batch.schema().fields().to_vec();
+    let mut columns = batch.columns().to_vec();
+    for name in ["_commit_lsn", "_commit_ts", "_xid"] {
+        fields.push(Arc::new(Field::new(name, DataType::Int64, true)));
+        columns.push(Arc::new(Int64Array::from(commits.to_vec())));
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+}
+
+/// Each history row: (commit, id, doc, deleted, truncate, unchanged columns).
+type Version = (i64, Option<i32>, Option<String>, bool, bool, Vec<String>);
+
+fn history(rows: &[Change], commits: &[i64]) -> Vec<Version> {
+    let batch = history_changes(&schema(), &[in_transactions(rows, commits)], &[0])
+        .unwrap()
+        .batch;
+    let ids = batch.column(0).as_primitive::<Int32Type>();
+    let docs = batch.column(1).as_string::<i32>();
+    let by_name = |n: &str| batch.column_by_name(n).unwrap().clone();
+    let deleted = by_name("_delete");
+    let truncate = by_name("_truncate");
+    let unchanged = by_name("_unchanged");
+    let commit = by_name("_commit_lsn");
+    (0..batch.num_rows())
+        .map(|i| {
+            let names = unchanged.as_list::<i32>().value(i);
+            (
+                commit.as_primitive::<Int64Type>().value(i),
+                ids.is_valid(i).then(|| ids.value(i)),
+                docs.is_valid(i).then(|| docs.value(i).to_owned()),
+                deleted.as_boolean().value(i),
+                truncate.as_boolean().value(i),
+                (0..names.len())
+                    .map(|j| names.as_string::<i32>().value(j).to_owned())
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+fn v(commit: i64, id: i32, doc: Option<&str>, deleted: bool, unchanged: &[&str]) -> Version {
+    let doc = doc.map(str::to_owned);
+    let unchanged = unchanged.iter().map(|s| (*s).to_owned()).collect();
+    (commit, Some(id), doc, deleted, false, unchanged)
+}
+
+#[test]
+fn history_keeps_one_version_per_key_and_transaction() {
+    let got = history(
+        &[
+            Change("insert", (Some(1), Some("a")), None, &[]),
+            Change("update", (Some(1), Some("b")), None, &[]),
+            Change("insert", (Some(2), Some("x")), None, &[]),
+            Change("update", (Some(1), Some("c")), None, &[]),
+            Change("delete", (Some(2), None), Some((Some(2), None)), &[]),
+        ],
+        &[10, 10, 10, 20, 20],
+    );
+    assert_eq!(
+        got,
+        vec![
+            v(10, 1, Some("b"), false, &[]),
+            v(10, 2, Some("x"), false, &[]),
+            v(20, 1, Some("c"), false, &[]),
+            v(20, 2, None, true, &[]),
+        ]
+    );
+}
+
+#[test]
+fn history_fills_unchanged_values_from_an_earlier_transaction_only() {
+    let got = history(
+        &[
+            // Unknown before the batch: left to the version the lake holds.
+            Change("update", (Some(1), None), None, &["doc"]),
+            Change("update", (Some(2), Some("big")), None, &[]),
+            // From the earlier transaction's version; then moved to a new key.
+            Change("update", (Some(2), None), None, &["doc"]),
+            Change("update", (Some(3), None), Some((Some(2), None)), &["doc"]),
+        ],
+        &[10, 10, 20, 30],
+    );
+    assert_eq!(
+        got,
+        vec![
+            v(10, 1, None, false, &["doc"]),
+            v(10, 2, Some("big"), false, &[]),
+            v(20, 2, Some("big"), false, &[]),
+            v(30, 2, None, true, &[]),
+            v(30, 3, Some("big"), false, &[]),
+        ]
+    );
+}
+
+#[test]
+fn history_marks_a_truncate_and_forgets_what_came_before_it() {
+    let got = history(
+        &[
+            Change("insert", (Some(1), Some("a")), None, &[]),
+            Change("truncate", (None, None), None, &[]),
+            Change("insert", (Some(2), Some("b")), None, &[]),
+        ],
+        &[10, 20, 20],
+    );
+    assert_eq!(
+        got,
+        vec![
+            v(10, 1, Some("a"), false, &[]),
+            (20, None, None, true, true, vec![]),
+            v(20, 2, Some("b"), false, &[]),
+        ]
+    );
 }

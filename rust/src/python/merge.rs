@@ -16,7 +16,8 @@ use pyo3::types::PyDict;
 use super::arrow::{import_batches, PyArrowStream};
 use super::errors::pgwire_error;
 use crate::merge::{
-    apply_changes as apply, reduce_changes as reduce, row_digests as digest, ApplyError, KeyMode,
+    apply_changes as apply, history_changes as history, reduce_changes as reduce,
+    row_digests as digest, ApplyError, KeyMode, Reduced,
 };
 
 /// `apply_changes(base, changes, key_columns) -> (ArrowStream, stats)`: the table
@@ -72,6 +73,33 @@ pub fn reduce_changes<'py>(
     columns: Vec<String>,
     key_columns: Vec<String>,
 ) -> PyResult<(PyArrowStream, Bound<'py, PyDict>)> {
+    reduced(py, changes, &columns, &key_columns, reduce)
+}
+
+/// `history_changes(changes, columns, key_columns) -> (ArrowStream, stats)`: one change
+/// per key and source transaction of the change table `changes`, in commit order (see
+/// `crate::merge::history_changes`): the columns of `reduce_changes`, then `_truncate`,
+/// `_commit_lsn`, `_commit_ts` and `_xid`.
+#[pyfunction]
+#[pyo3(signature = (changes, columns, key_columns))]
+pub fn history_changes<'py>(
+    py: Python<'py>,
+    changes: &Bound<'py, PyAny>,
+    columns: Vec<String>,
+    key_columns: Vec<String>,
+) -> PyResult<(PyArrowStream, Bound<'py, PyDict>)> {
+    reduced(py, changes, &columns, &key_columns, history)
+}
+
+type Reducer = fn(&SchemaRef, &[RecordBatch], &[usize]) -> Result<Reduced, ApplyError>;
+
+fn reduced<'py>(
+    py: Python<'py>,
+    changes: &Bound<'py, PyAny>,
+    columns: &[String],
+    key_columns: &[String],
+    reducer: Reducer,
+) -> PyResult<(PyArrowStream, Bound<'py, PyDict>)> {
     let (schema, change_batches) = import_batches(changes)?;
     let fields = columns
         .iter()
@@ -91,7 +119,7 @@ pub fn reduce_changes<'py>(
         })
         .collect::<PyResult<Vec<usize>>>()?;
     let reduced = py
-        .detach(|| reduce(&data, &change_batches, &keys))
+        .detach(|| reducer(&data, &change_batches, &keys))
         .map_err(|e: ApplyError| pgwire_error(py, "DeltaError", &e.to_string()))?;
     let out = PyDict::new(py);
     out.set_item("inserted", reduced.stats.inserted)?;

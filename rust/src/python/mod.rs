@@ -45,6 +45,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(binary_decodable, m)?)?;
     m.add_function(wrap_pyfunction!(merge::apply_changes, m)?)?;
     m.add_function(wrap_pyfunction!(merge::reduce_changes, m)?)?;
+    m.add_function(wrap_pyfunction!(merge::history_changes, m)?)?;
     m.add_function(wrap_pyfunction!(merge::row_digests, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::mark_unchanged, m)?)?;
     m.add_function(wrap_pyfunction!(snapshot::change_table_schema, m)?)?;
