@@ -396,6 +396,16 @@ class ParquetSink:
         return None
 
 
+def _lake_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The lakehouse sinks' options of ``stream``'s flags."""
+    return {
+        "history": args.history,
+        "history_tables": args.history_tables,
+        "deletes": args.deletes,
+        "as_of_every": args.as_of_every,
+    }
+
+
 def _stream_iceberg(
     args: argparse.Namespace, options: dict[str, Any], started: float
 ) -> dict[str, Any]:
@@ -415,6 +425,7 @@ def _stream_iceberg(
             namespace,
             spark=spark,
             on_batch=lambda sink, b, s: _progress(b, started),
+            **_lake_options(args),
             **options,
         )
     finally:
@@ -483,6 +494,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
                 on_batch=lambda sink, b, s: _progress(b, started),
                 deletion_vectors=args.deletion_vectors,
                 auto_compact=not args.no_auto_compact,
+                **_lake_options(args),
                 **options,
             )
         finally:
@@ -741,6 +753,35 @@ def build_parser() -> argparse.ArgumentParser:
         "vectors after a MERGE (by default a table is compacted once it holds 50 small "
         "files, and files with over 20%% of their rows deleted are rewritten, up to 128 MiB "
         "a batch); run `pgwire-cdc compact` yourself instead",
+    )
+    p.add_argument(
+        "--history",
+        choices=("scd2",),
+        help="with --delta or --iceberg: beside each table a history table (Delta: "
+        "DIR/_pgwire_cdc.history/<table>; Iceberg: <table>_history) with one row per "
+        "version of each source row, dated by source commit LSNs and times "
+        "(docs/history.md); the tables need a key",
+    )
+    p.add_argument(
+        "--history-tables",
+        nargs="+",
+        metavar="TABLE",
+        help="with --history: only these tables (schema.table) get one",
+    )
+    p.add_argument(
+        "--deletes",
+        choices=("hard", "soft"),
+        default="hard",
+        help="with --delta or --iceberg: soft keeps a deleted row, _deleted true and "
+        "_deleted_lsn the commit LSN that removed it (default hard: the row goes)",
+    )
+    p.add_argument(
+        "--as-of-every",
+        type=_positive(float),
+        default=30.0,
+        metavar="SECONDS",
+        help="with --delta or --iceberg: seconds between the points that read every table "
+        "as of one source LSN (default 30)",
     )
     p.add_argument(
         "--writer",

@@ -5,7 +5,7 @@ Usage::
 
     delta_worker.py DSN PATH UNTIL_LSN [--crash-at STEP --nth N] [--log FILE]
                     [--max-batch-rows N] [--writer delta-rs|spark]
-                    [--publication pub] [--slot s1]
+                    [--publication pub] [--slot s1] [--history scd2] [--deletes soft]
 
 Keeps one Delta table per table of publication ``--publication`` (default ``pub``)
 through slot ``--slot`` (default ``s1``) under PATH, up to UNTIL_LSN (an integer LSN),
@@ -126,6 +126,8 @@ def main() -> None:
     parser = worker_arguments()
     parser.add_argument("--writer", default="delta-rs", choices=delta.WRITERS)
     parser.add_argument("--deletion-vectors", action="store_true")
+    parser.add_argument("--history", default=None)
+    parser.add_argument("--deletes", default="hard")
     args = parser.parse_args()
     on_step, on_batch = crash_points(delta.DeltaSink, args.crash_at, args.nth, args.log)
 
@@ -151,6 +153,8 @@ def main() -> None:
         on_step=on_step,
         on_batch=on_batch,
         deletion_vectors=args.deletion_vectors,
+        history=args.history,
+        deletes=args.deletes,
     )
     print(json.dumps(dataclasses.asdict(total)), flush=True)
 

@@ -181,7 +181,7 @@ def verify(
             flushed = _wait_for_pipeline(conn, slot, cp, wait, catch_up, progress)
             lake: dict[str, tuple[TablePosition | None, pa.Table | None]] = {}
             for table in sorted(snapshot):
-                lake[table] = format.pinned(format.ref(table))
+                lake[table] = _live_rows(*format.pinned(format.ref(table)))
             row = conn.execute(
                 "SELECT pg_logical_emit_message(true, %s, '')::text", (MESSAGE_PREFIX,)
             ).fetchone()
@@ -273,6 +273,18 @@ def _recover(
     report.slot_made = slot
     log.info("slot %s made at %s for the recovered lake", slot, int_to_lsn(cp))
     return report
+
+
+def _live_rows(
+    position: TablePosition | None, rows: pa.Table | None
+) -> tuple[TablePosition | None, pa.Table | None]:
+    """A table's rows as the source has them: without the rows ``deletes="soft"`` keeps
+    for deleted ones, and its two columns."""
+    if rows is None or "_deleted" not in rows.column_names:
+        return position, rows
+    live = rows.filter(pc.invert(pc.fill_null(rows["_deleted"], False)))
+    marks = [c for c in ("_deleted", "_deleted_lsn") if c in live.column_names]
+    return position, live.drop_columns(marks)
 
 
 def _line(t: TableReport) -> str:
