@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from live.test_stream import current_lsn
 from pgwire_cdc import iceberg
 from pgwire_cdc.errors import ConfigError
 from support import bank
+from support import history_oracle as oracle
 from support.spark_modes import SPARK_MODES
 from support.stream_workload import SCHEMA, TABLES, Workload, norm, source_rows
 
@@ -371,6 +373,25 @@ def test_every_table_read_as_of_one_point(db: Database, lake: Lake) -> None:
     now = bank.source_rows(db.conn)
     for name in bank.TABLES:
         assert rows_of(latest[name].toArrow()) == rows_of_dicts(now[name]), name
+
+
+def test_history_and_soft_deletes(db: Database, lake: Lake) -> None:
+    """``history="scd2"`` and ``deletes="soft"`` on Iceberg tables, through three runs,
+    checked against an audit trigger (``support/history_oracle.py``)."""
+    rng = random.Random(9)
+    oracle.create(db.conn)
+    keep = {"history": "scd2", "deletes": "soft", "max_batch_rows": 9}
+    lake.run(**keep)
+    since = oracle.snapshot_seq(db.conn)
+    next_id = [100]
+    for _ in range(2):
+        for _ in range(6):
+            oracle.workload(db.conn, rng, next_id)
+        lake.run(**keep)
+    history = lake.spark.table(lake.ref("public.acct_history")).toArrow()
+    table = lake.spark.table(lake.ref("public.acct")).toArrow()
+    # Iceberg reserves the name _deleted: the column is _is_deleted.
+    assert oracle.check(db.conn, since, history, table, "_is_deleted") >= 12
 
 
 def rows_of_dicts(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

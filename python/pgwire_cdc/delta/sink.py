@@ -119,6 +119,8 @@ class DeltaTables:
     def where(self) -> str:
         return f"in {self.names.schema_ref()}" if self.names else f"under {self.path}"
 
+    deleted_column = "_deleted"
+
     def history_ref(self, name: str) -> str:
         """The history table's reference: :func:`~pgwire_cdc.delta.table.history_path`
         under ``path``, or in catalog mode ``<table>_history`` beside the table."""

@@ -105,6 +105,9 @@ class IcebergTables:
         """The Spark SQL name of the source table ``name``'s Iceberg table."""
         return table_ref(self.catalog, self.namespace, name, self.table_name)
 
+    #: Iceberg reserves ``_deleted`` (the metadata column of rows a delete file removes).
+    deleted_column = "_is_deleted"
+
     def history_ref(self, name: str) -> str:
         """``<table>_history`` beside the table."""
         table_name = self.table_name

@@ -89,6 +89,10 @@ class TableFormat(Protocol):
         """The reference of the source table ``name``'s table."""
         ...
 
+    #: What the format calls the column ``_deleted`` of history tables and soft deletes
+    #: (Iceberg reserves ``_deleted`` for a metadata column of its own).
+    deleted_column: str
+
     def history_ref(self, name: str) -> str:
         """The reference of the source table ``name``'s history table
         (:mod:`~pgwire_cdc.lakehouse.history`), which :meth:`found_tables` never lists."""

@@ -111,6 +111,8 @@ class MemoryTables:
     def ref(self, name: str) -> str:
         return name
 
+    deleted_column = "_deleted"
+
     def history_ref(self, name: str) -> str:
         return f"{HISTORY_PREFIX}{name}"
 

@@ -457,7 +457,7 @@ class LakehouseSink:
         if self._keeps_history(name) and changes.num_rows:
             self._snapshot_history(name, changes, first=name not in self._snapshot_written)
         if self.deletes == "soft" and key_columns(changes) is not None:
-            changes = _live(changes)
+            changes = _live(changes, self.format.deleted_column)
         rows = lake_shape(changes).select(data_columns(changes))
         stats.inserted += rows.num_rows
         if name in self._snapshot_written:
@@ -622,7 +622,7 @@ class LakehouseSink:
         keys = key_columns(changes)
         soft = self.deletes == "soft" and keys is not None
         if soft:
-            changes = _live(changes)
+            changes = _live(changes, self.format.deleted_column)
         if not self.format.exists(ref):
             self.format.create(ref, changes.select(data_columns(changes)).schema)
         changes = self._fit(name, ref, changes, keyed=keys is not None)
@@ -653,25 +653,26 @@ class LakehouseSink:
         (a delete, a key change, a truncate); a key the table does not hold (inserted and
         deleted between two batches) is left out."""
         gone = reduced["_delete"]
-        deleted = reduced.filter(gone)
+        removals = reduced.filter(gone)
         live = reduced.filter(pc.invert(gone))
+        flag = self.format.deleted_column
         extra: list[pa.Table] = []
         if truncate:
             # Every live row the batch does not name goes, at the last truncate.
-            held = self.format.read(ref, [*keys, "_deleted"])
-            held = held.filter(pc.invert(pc.fill_null(held["_deleted"], False))).select(keys)
+            held = self.format.read(ref, [*keys, flag])
+            held = held.filter(pc.invert(pc.fill_null(held[flag], False))).select(keys)
             named = reduced.select(keys).cast(held.schema)
             held = held.join(named, keys, join_type="left anti")
             extra.append(_truncated_at(changes, held, keys))
-        if deleted.num_rows:
-            keys_now = deleted.select(keys)
+        if removals.num_rows:
+            keys_now = removals.select(keys)
             held = self.format.read(ref, keys, keys_now).select(keys).cast(keys_now.schema)
             keys_now = keys_now.join(held, keys, join_type="left semi")
             extra.append(keys_now.join(_removed_at(changes, keys), keys, join_type="inner"))
         if not extra:
             return live
         removed = pa.concat_tables(extra, promote_options="permissive")
-        return pa.concat_tables([live, _as_removed(removed, changes, reduced, keys)])
+        return pa.concat_tables([live, _as_removed(removed, changes, reduced, keys, flag)])
 
     def _fit(self, name: str, ref: str, changes: pa.Table, *, keyed: bool) -> pa.Table:
         """Evolves the table to the changes' columns, and the changes to the table's: a
@@ -726,16 +727,35 @@ class LakehouseSink:
 
     def _history_table(self, name: str, changes: pa.Table) -> tuple[str, pa.Schema]:
         """The history table of ``name``, made or evolved to the columns of ``changes``
-        (a change table in the lake's types); its reference and columns."""
+        (a change table in the lake's types); its reference and columns (``_deleted`` so
+        named, whatever the format calls it: :meth:`_history_read`)."""
         ref = self.format.history_ref(name)
         columns = data_columns(changes)
         ts_type = changes.schema.field("_commit_ts").type
         wanted = pa.schema([*changes.select(columns).schema, *history_mod.history_fields(ts_type)])
         if not self.format.exists(ref):
-            self.format.create(ref, wanted)
+            self.format.create(ref, self._as_stored(wanted))
             self._positions[ref] = TablePosition(None)
-        held = plain_schema(self.format.evolve(ref, f"{name} (history)", wanted, drop=False))
-        return ref, held
+        held = self.format.evolve(ref, f"{name} (history)", self._as_stored(wanted), drop=False)
+        return ref, self._as_named(plain_schema(held))
+
+    def _as_stored(self, what: Any) -> Any:
+        """A history table's rows or schema with ``_deleted`` as the format calls it."""
+        return _renamed(what, "_deleted", self.format.deleted_column)
+
+    def _as_named(self, what: Any) -> Any:
+        """The reverse of :meth:`_as_stored`."""
+        return _renamed(what, self.format.deleted_column, "_deleted")
+
+    def _history_read(self, ref: str, held: pa.Schema, keys: pa.Table | None = None) -> pa.Table:
+        """The history table's current versions (of ``keys``' rows when given)."""
+        rows = self.format.read(ref, self._as_stored(held).names, keys)
+        return self._as_named(rows.filter(pc.is_null(rows["_valid_to_lsn"])))
+
+    def _history_merge(self, ref: str, rows: pa.Table, keys: list[str], mark: Mark) -> None:
+        source = self._as_stored(history_mod.merge_source(rows, keys))
+        self.format.merge(ref, source, history_mod.merge_keys(keys), False, mark)
+        self._committed(ref, mark)
 
     def _history(self, name: str, changes: pa.Table, lsn: int, stats: ApplyStats) -> None:
         """The versions ``changes`` make, into the history table of ``name``, past its
@@ -758,22 +778,18 @@ class LakehouseSink:
                     part = part.append_column(f, pa.nulls(part.num_rows, f.type))
             found = history_mod.versions(part, data_columns(part), keys)
             if pc.any(found["_truncate"]).as_py():
-                now = self.format.read(href, held.names)
+                now = self._history_read(href, held)
             else:
                 touched = history_mod.touched_keys(found, keys)
-                now = self.format.read(href, held.names, touched)
+                now = self._history_read(href, held, touched)
                 now = now.filter(history_mod.matching(now, touched, keys))
-            now = now.filter(pc.is_null(now["_valid_to_lsn"]))
             rows = history_mod.scd2_rows(found, now, columns, keys)
             gone = rows["_gone"] if "_gone" in rows.column_names else None
             rows = rows.select(held.names).cast(held)
             if gone is not None:
                 rows = rows.append_column("_gone", gone)
-            source = history_mod.merge_source(rows, keys)
-            mark = self._sourced(mark)
-            self.format.merge(href, source, history_mod.merge_keys(keys), False, mark)
+            self._history_merge(href, rows, keys, self._sourced(mark))
             stats.commits += 1
-            self._committed(href, mark)
 
     def _snapshot_history(self, name: str, changes: pa.Table, *, first: bool) -> None:
         """An initial snapshot's rows as versions from its consistent point; its first
@@ -791,20 +807,16 @@ class LakehouseSink:
                 rows = rows.append_column(f, pa.nulls(rows.num_rows, f.type))
         rows = history_mod.snapshot_rows(rows.select(columns), lsn, ts_type)
         if first:
-            now = self.format.read(href, held.names)
-            now = now.filter(pc.is_null(now["_valid_to_lsn"]))
+            now = self._history_read(href, held)
             if now.num_rows:
                 ended = history_mod.ended_at(now, lsn).select(held.names).cast(held)
                 rows = pa.concat_tables([rows.select(held.names).cast(held), ended])
         rows = rows.select(held.names).cast(held)
         if not first:
-            self.format.write(href, rows, "append", None)
+            self.format.write(href, self._as_stored(rows), "append", None)
             self._committed(href, None)
             return
-        mark = self._sourced(Mark(snapshot_position(lsn), None, None))
-        source = history_mod.merge_source(rows, keys)
-        self.format.merge(href, source, history_mod.merge_keys(keys), False, mark)
-        self._committed(href, mark)
+        self._history_merge(href, rows, keys, self._sourced(Mark(snapshot_position(lsn))))
 
     # -- as-of points --------------------------------------------------------------------
 
@@ -888,16 +900,28 @@ class LakehouseSink:
         self._on_step("committed")
 
 
+def _renamed(what: Any, old: str, new: str) -> Any:
+    """A table or schema with its column ``old`` named ``new`` (as it is without one)."""
+    names = what.names if isinstance(what, pa.Schema) else what.column_names
+    if old == new or old not in names:
+        return what
+    names = [new if n == old else n for n in names]
+    if isinstance(what, pa.Schema):
+        return pa.schema([f.with_name(n) for f, n in zip(what, names, strict=True)])
+    return what.rename_columns(names)
+
+
 #: The columns ``deletes="soft"`` adds to a table.
 SOFT_DELETE_COLUMNS = ("_deleted", "_deleted_lsn")
 
 
-def _live(changes: pa.Table) -> pa.Table:
-    """A change table with :data:`SOFT_DELETE_COLUMNS` as data columns: every row it
-    writes is live (a key inserted again after its delete lives again)."""
+def _live(changes: pa.Table, deleted: str) -> pa.Table:
+    """A change table with :data:`SOFT_DELETE_COLUMNS` as data columns (``_deleted``
+    named ``deleted``): every row it writes is live (a key inserted again after its
+    delete lives again)."""
     n = changes.num_rows
     at = len(data_columns(changes))
-    out = changes.add_column(at, pa.field("_deleted", pa.bool_()), pa.array([False] * n))
+    out = changes.add_column(at, pa.field(deleted, pa.bool_()), pa.array([False] * n))
     return out.add_column(at + 1, pa.field("_deleted_lsn", pa.int64()), pa.nulls(n, pa.int64()))
 
 
@@ -940,13 +964,14 @@ def _removed_at(changes: pa.Table, keys: list[str]) -> pa.Table:
 
 
 def _as_removed(
-    removed: pa.Table, changes: pa.Table, reduced: pa.Table, keys: list[str]
+    removed: pa.Table, changes: pa.Table, reduced: pa.Table, keys: list[str], deleted: str
 ) -> pa.Table:
     """The rows of the keys ``removed`` (with ``_at``, the LSN that removed each) as
     upserts of the MERGE source ``reduced``: the values the batch last gave the row
     before it went (unchanged TOAST and values the batch did not touch kept from the
     table), ``_deleted`` true, ``_deleted_lsn`` ``_at``."""
-    columns = [c for c in data_columns(changes) if c not in SOFT_DELETE_COLUMNS]
+    marks_ = {deleted, *SOFT_DELETE_COLUMNS}
+    columns = [c for c in data_columns(changes) if c not in marks_]
     found = history_mod.versions(changes, columns, keys)
     found = found.append_column("_pos", pa.array(range(found.num_rows), pa.int64()))
     rows = found.filter(pc.invert(pc.or_(found["_delete"], found["_truncate"])))
@@ -967,7 +992,7 @@ def _as_removed(
         field = reduced.schema.field(name)
         if name in keys:
             out[name] = picked[name].cast(field.type)
-        elif name == "_deleted":
+        elif name == deleted:
             out[name] = pa.array([True] * n, field.type)
         elif name == "_deleted_lsn":
             out[name] = picked["_at"].cast(field.type)

@@ -181,7 +181,8 @@ def verify(
             flushed = _wait_for_pipeline(conn, slot, cp, wait, catch_up, progress)
             lake: dict[str, tuple[TablePosition | None, pa.Table | None]] = {}
             for table in sorted(snapshot):
-                lake[table] = _live_rows(*format.pinned(format.ref(table)))
+                pinned = format.pinned(format.ref(table))
+                lake[table] = _live_rows(*pinned, format.deleted_column)
             row = conn.execute(
                 "SELECT pg_logical_emit_message(true, %s, '')::text", (MESSAGE_PREFIX,)
             ).fetchone()
@@ -276,14 +277,15 @@ def _recover(
 
 
 def _live_rows(
-    position: TablePosition | None, rows: pa.Table | None
+    position: TablePosition | None, rows: pa.Table | None, deleted: str
 ) -> tuple[TablePosition | None, pa.Table | None]:
     """A table's rows as the source has them: without the rows ``deletes="soft"`` keeps
-    for deleted ones, and its two columns."""
-    if rows is None or "_deleted" not in rows.column_names:
+    for deleted ones (``deleted``, as the format calls ``_deleted``, true), and its two
+    columns."""
+    if rows is None or deleted not in rows.column_names:
         return position, rows
-    live = rows.filter(pc.invert(pc.fill_null(rows["_deleted"], False)))
-    marks = [c for c in ("_deleted", "_deleted_lsn") if c in live.column_names]
+    live = rows.filter(pc.invert(pc.fill_null(rows[deleted], False)))
+    marks = [c for c in (deleted, "_deleted_lsn") if c in live.column_names]
     return position, live.drop_columns(marks)
 
 

@@ -231,17 +231,20 @@ struct Folded {
 struct Transactions {
     emitted: Vec<(Final, Src)>,
     touched: Vec<usize>,
-    commit: Option<Option<i64>>,
+    /// Whether a change was met yet, and its transaction's commit LSN.
+    started: bool,
+    commit: Option<i64>,
     last: Src,
 }
 
 impl Transactions {
     /// Called before the change at `here`, of the transaction committed at `commit`.
     fn at(&mut self, commit: Option<i64>, here: Src, finals: &[Option<Final>]) {
-        if self.commit.is_some_and(|c| c != commit) {
+        if self.started && self.commit != commit {
             self.flush(finals);
         }
-        self.commit = Some(commit);
+        self.started = true;
+        self.commit = commit;
         self.last = here;
     }
 

@@ -98,7 +98,7 @@ fn reduced<'py>(
     changes: &Bound<'py, PyAny>,
     columns: &[String],
     key_columns: &[String],
-    reducer: Reducer,
+    fold_with: Reducer,
 ) -> PyResult<(PyArrowStream, Bound<'py, PyDict>)> {
     let (schema, change_batches) = import_batches(changes)?;
     let fields = columns
@@ -119,7 +119,7 @@ fn reduced<'py>(
         })
         .collect::<PyResult<Vec<usize>>>()?;
     let reduced = py
-        .detach(|| reducer(&data, &change_batches, &keys))
+        .detach(|| fold_with(&data, &change_batches, &keys))
         .map_err(|e: ApplyError| pgwire_error(py, "DeltaError", &e.to_string()))?;
     let out = PyDict::new(py);
     out.set_item("inserted", reduced.stats.inserted)?;
