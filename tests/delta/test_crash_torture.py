@@ -45,6 +45,14 @@ WORKER = Path(__file__).resolve().parents[1] / "support" / "delta_worker.py"
 #: Kills of the main torture: ``make torture`` sets ``PGWIRE_CDC_TORTURE_KILLS=20``; the
 #: default goes through every kind of kill point (``KINDS``) twice.
 KILLS = int(os.environ.get("PGWIRE_CDC_TORTURE_KILLS", "10"))
+
+#: The tortures ``make test`` leaves to ``make torture`` (which sets
+#: ``PGWIRE_CDC_TORTURE_KILLS``): the Iceberg one and the one on S3, each kill of which
+#: costs a Spark start-up or an object store's round trips; the two here run in both.
+only_in_make_torture = pytest.mark.skipif(
+    "PGWIRE_CDC_TORTURE_KILLS" not in os.environ,
+    reason="a long run of its own: make torture (PGWIRE_CDC_TORTURE_KILLS)",
+)
 #: The kill points, in turn: a SIGKILL after a random time, or the worker killing itself
 #: at the n-th time it reaches a step (see delta_worker.py).
 KINDS = ("timed", "between-tables", "before-ack", "timed", "committed")

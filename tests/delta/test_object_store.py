@@ -22,7 +22,7 @@ from support import requires
 from support.s3 import S3Server
 from support.stream_workload import SCHEMA, TABLES, Workload, norm, source_rows
 
-from delta.test_crash_torture import torture
+from delta.test_crash_torture import only_in_make_torture, torture
 
 #: SIGKILLs of the torture on the store (``PGWIRE_CDC_TORTURE_KILLS``).
 S3_KILLS = int(os.environ.get("PGWIRE_CDC_TORTURE_KILLS", "5"))
@@ -172,6 +172,7 @@ def test_cli_stream_to_s3(db: Database, s3: S3Server, location: str) -> None:
 
 
 @pytest.mark.server
+@only_in_make_torture
 @pytest.mark.timeout(900 + 120 * S3_KILLS)
 def test_crash_torture_on_s3(
     pg15_cluster: Any,

@@ -12,7 +12,9 @@ Delta torture's (6,000 inserts) and the test kills ``PGWIRE_CDC_TORTURE_KILLS`` 
 default 2 (right after a commit another table's commit of the same batch follows, and
 after a batch's last commit before its ack: the points where Iceberg's own position
 records matter; the state machine's every kill point is the Delta torture's, which
-``make test`` runs in full), 20 as ``make torture`` does takes about 15-20 minutes.
+``make test`` runs), 20 as ``make torture`` does takes about 15-20 minutes. It runs in
+``make torture`` only (``PGWIRE_CDC_TORTURE_KILLS`` set): ``make test`` checks the Iceberg
+sink's replays in test_iceberg.py, and its kills here cost minutes of Spark start-ups.
 Timed kills come from the worker itself, a random time after its Spark session is up.
 PostgreSQL 18 only: the sink's behaviour does not depend on the server, test_iceberg.py
 covers both servers, and one torture is slow enough.
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from delta.test_crash_torture import Worker, torture
+from delta.test_crash_torture import Worker, only_in_make_torture, torture
 from pgwire_cdc import iceberg
 from support.stream_workload import norm
 
@@ -55,6 +57,7 @@ ICEBERG_WORKER = Worker(
 
 
 # Each restart starts Spark again: minutes per kill on two cores (`make torture`: twenty).
+@only_in_make_torture
 @pytest.mark.timeout(600 + 240 * KILLS)
 def test_iceberg_tables_survive_sigkills(pg18_cluster: Any, tmp_path: Path) -> None:
     report = torture(

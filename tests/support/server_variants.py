@@ -45,9 +45,6 @@ ON_PG15: dict[str, str] = {
         "where a slot becomes consistent, and which record follows, is the server's snapshot "
         "builder's doing: the boundary on both servers"
     ),
-    "iceberg/test_iceberg.py::test_tables_equal_source": (
-        "iceberg.run end to end over protocol 2: the seeded workload's tables equal the source"
-    ),
     "spark/test_spark.py::test_to_spark_keeps_every_type_and_value": (
         "every type's values as PostgreSQL 15 prints and sends them, through batch.to_spark"
     ),

@@ -58,11 +58,6 @@ ON_CONNECT: dict[str, str] = {
         "quotes, backticks, spaces, backslashes and mixed case reach the server's analyzer "
         "in unresolved plans; delta.read(spark=...) reads the as-of points by versionAsOf"
     ),
-    "iceberg/test_iceberg.py::test_tables_equal_source": (
-        "iceberg.run: a first run's missing namespace and tables are looked up in catalog "
-        "listings, never refreshed into an analysis error, which a Connect client would "
-        "get from the server; the Spark-task snapshot sized without a sparkContext"
-    ),
     "iceberg/test_iceberg.py::test_foreach_batch_merges_into_iceberg": (
         "iceberg.merge_changes in foreachBatch: the server's session attached to the query "
         "resolves a table to the snapshot it first read until the table is refreshed "
@@ -70,8 +65,12 @@ ON_CONNECT: dict[str, str] = {
         "last commit"
     ),
     "iceberg/test_iceberg_schema.py::test_odd_names_and_moved_toast": (
-        "column names with quotes, backticks, spaces, backslashes and mixed case, as the "
-        "Delta writer's: through unresolved plans the server's analyzer resolves"
+        "iceberg.run end to end: a first run's missing namespace and tables are looked up "
+        "in catalog listings, never refreshed into an analysis error, which a Connect "
+        "client would get from the server; the Spark-task snapshot sized without a "
+        "sparkContext; column names with quotes, backticks, spaces, backslashes and mixed "
+        "case, as the Delta writer's, through unresolved plans the server's analyzer "
+        "resolves"
     ),
 }
 
