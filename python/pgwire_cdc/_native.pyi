@@ -173,6 +173,13 @@ def history_changes(
     commit order: the columns of :func:`reduce_changes`, then ``_truncate`` (a truncate's
     own row), ``_commit_lsn``, ``_commit_ts`` and ``_xid``."""
 
+def apply_column_policies(
+    table: object, policies: list[tuple[str, str, bytes, int]]
+) -> ArrowStream:
+    """The change table ``table`` with each ``(column, kind, data, n)`` applied: drop,
+    null, redact (``data`` the text), hash (``data`` the salt), hmac (``data`` the key),
+    truncate and mask (``n`` characters)."""
+
 def row_digests(table: object, columns: list[str]) -> ArrowStream:
     """A one-column table (``_digest``, uint64): a 64-bit digest of each row's ``columns``
     of ``table`` (an Arrow stream), in row order; equal rows give equal digests."""

@@ -60,6 +60,7 @@ from . import (
     ddl_capture,
     metrics,
     pacing,
+    policies,
     preflight,
     replication,
     schema_changes,
@@ -234,6 +235,9 @@ class StreamOptions:
     #: With ``schema_watch``: per table, the description the consumer's copy holds
     #: (``Batch.table_shapes`` as it last recorded them).
     held_shapes: Mapping[str, dict[str, Any]] | None = None
+    #: Per table (``"schema.table"``), per column, what the stream keeps of its values
+    #: (:mod:`pgwire_cdc.policies`: drop, null, redact, hash, hmac, truncate, mask).
+    column_policies: Mapping[str, Mapping[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if self.max_batch_rows < 1 or self.max_batch_bytes < 1 or self.max_batch_ms < 0:
@@ -877,6 +881,7 @@ def stream(
     failover: bool = False,
     schema_watch: bool = False,
     held_shapes: Mapping[str, dict[str, Any]] | None = None,
+    column_policies: Mapping[str, Mapping[str, Any]] | None = None,
     options: StreamOptions | None = None,
 ) -> Iterator[Batch]:
     """Streams a publication's changes (after an initial snapshot for a new slot) as
@@ -956,6 +961,8 @@ def stream(
     (docs/streaming.md, "Schema changes"); the lakehouse sinks' runs turn it on.
     ``held_shapes``: what ``Batch.table_shapes`` said last of each table the consumer's
     copy holds, so DDL made between two runs is measured against it.
+    ``column_policies``: per table, per column, what the batches keep of its values
+    (:mod:`pgwire_cdc.policies`), applied in Rust before a batch is handed out.
     """
     given: dict[str, Any] = {
         "publication": publication,
@@ -985,6 +992,7 @@ def stream(
         "failover": failover,
         "schema_watch": schema_watch,
         "held_shapes": held_shapes,
+        "column_policies": column_policies,
     }
     if options is None:
         options = StreamOptions(**given)
@@ -998,5 +1006,15 @@ def stream(
                 f"pass either options= or keyword arguments, not both ({', '.join(clash)}"
                 " given too): dataclasses.replace(options, ...) changes a field"
             )
+    governed = policies.Policies(options.column_policies or {})
     state = _Stream(dsn, options)
-    return state.run()
+    if not governed:
+        return state.run()
+    return _governed(state.run(), governed)
+
+
+def _governed(batches: Iterator[Batch], governed: policies.Policies) -> Iterator[Batch]:
+    """``batches`` with the column policies applied to their change tables."""
+    for batch in batches:
+        batch.tables = {key: governed.apply(key, table) for key, table in batch.tables.items()}
+        yield batch

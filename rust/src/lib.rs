@@ -36,6 +36,7 @@ pub mod live;
 pub mod lsn;
 pub mod merge;
 pub mod pg;
+pub mod policy;
 pub mod protocol;
 pub mod relation;
 pub mod sink;

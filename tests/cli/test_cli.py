@@ -27,6 +27,7 @@ COMMANDS = [
     "resnapshot",
     "compact",
     "jars",
+    "run",
 ]
 
 

@@ -45,6 +45,10 @@ ON_PG15: dict[str, str] = {
         "where a slot becomes consistent, and which record follows, is the server's snapshot "
         "builder's doing: the boundary on both servers"
     ),
+    "cli/test_pipeline_file.py::test_a_pipeline_file_keeps_governed_columns_out_of_the_lake": (
+        "column policies on the change tables and before-images PostgreSQL 15 sends (protocol "
+        "1 and 2), the snapshot and a table copied later: no clear value reaches the lake"
+    ),
     "spark/test_spark.py::test_to_spark_keeps_every_type_and_value": (
         "every type's values as PostgreSQL 15 prints and sends them, through batch.to_spark"
     ),

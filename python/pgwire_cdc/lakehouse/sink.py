@@ -311,9 +311,14 @@ class LakehouseSink:
         tasks under the slot's exported snapshot and written over each table, the
         consistent point as its position (rows go from the tasks to the table's files,
         never through the driver); None where the format leaves it to the stream."""
-        if not options.snapshot or self.history is not None or self.deletes == "soft":
-            # The history tables and the soft-delete columns take the snapshot's rows
-            # from its batches.
+        if (
+            not options.snapshot
+            or self.history is not None
+            or self.deletes == "soft"
+            or options.column_policies
+        ):
+            # The history tables, the soft-delete columns and the column policies take
+            # the snapshot's rows from its batches.
             return None
         copy = self.format.copier(dsn, options)
         if copy is None:

@@ -16,6 +16,7 @@ mod merge;
 mod message_log;
 #[cfg(feature = "test-client")]
 mod pg;
+mod policy;
 mod snapshot;
 mod typed;
 
@@ -47,6 +48,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(merge::reduce_changes, m)?)?;
     m.add_function(wrap_pyfunction!(merge::history_changes, m)?)?;
     m.add_function(wrap_pyfunction!(merge::row_digests, m)?)?;
+    m.add_function(wrap_pyfunction!(policy::apply_column_policies, m)?)?;
     m.add_function(wrap_pyfunction!(arrow::mark_unchanged, m)?)?;
     m.add_function(wrap_pyfunction!(snapshot::change_table_schema, m)?)?;
     m.add(

@@ -1,0 +1,222 @@
+"""Pipeline files (``pgwire-cdc run PIPELINE.toml``, :mod:`pgwire_cdc.pipeline_file`) and
+column policies (:mod:`pgwire_cdc.policies`): malformed files each get one line naming
+the file's line, never a traceback; the JSON Schema shipped is the one the keys make; and
+against PostgreSQL 15 and 18, a file with a hashed and a dropped column keeps Delta tables
+that hold no clear value of either (every file under the lake scanned byte by byte), with
+the same hash for a value in the snapshot, the stream and a table copied later."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+from pathlib import Path
+
+import pytest
+from conftest import Database
+from pgwire_cdc import delta, pipeline_file
+from pgwire_cdc.errors import ConfigError
+
+from cli.test_cli import pgwire_lsn, run_cli
+
+GOOD = """\
+[source]
+dsn = "${PGWIRE_CDC_TEST_DSN}"
+publication = "pub"
+slot = "s1"
+
+[sink]
+kind = "delta"
+path = "lake"
+
+[run]
+idle_timeout = 1
+"""
+
+#: (file, the line its message names, a piece of the message).
+MALFORMED = [
+    ("[source]\ndsn = 'x'\n[sink]\nkind = 'delta'\npath = 'l'\n[runn]\n", 6, "no section [runn]"),
+    (
+        "[source]\ndsn = 'x'\npublicaton = 'p'\n[sink]\nkind = 'delta'\npath = 'l'\n",
+        3,
+        "no key 'publicaton'",
+    ),
+    (
+        "[source]\ndsn = 'x'\n[sink]\nkind = 'lake'\npath = 'l'\n",
+        4,
+        "one of delta, iceberg, parquet",
+    ),
+    ("[source]\nslot = 's'\n[sink]\nkind = 'delta'\npath = 'l'\n", 1, "needs dsn"),
+    ("[source]\ndsn = 'x'\n[sink]\nkind = 'delta'\n\n", 3, "needs path"),
+    (
+        "[source]\ndsn = 'x'\n[sink]\nkind = 'delta'\npath = 'l'\n[run]\nmax_batch_rows = 'ten'\n",
+        7,
+        "max_batch_rows is",
+    ),
+    (
+        "[source]\ndsn = 'x'\n[sink]\nkind = 'delta'\npath = 'l'\n"
+        "[run]\nidle_timeout = 30\n  oops\n",
+        8,
+        "not TOML",
+    ),
+    (
+        "[source]\ndsn = '${NOT_SET_ANYWHERE_42}'\n[sink]\nkind = 'delta'\npath = 'l'\n",
+        2,
+        "${NOT_SET_ANYWHERE_42} is not set",
+    ),
+    (
+        '[source]\ndsn = "x"\n[sink]\nkind = "delta"\npath = "l"\n\n'
+        '[tables."public.c".columns]\nemail = "sha"\n',
+        8,
+        "no policy 'sha'",
+    ),
+    (
+        '[source]\ndsn = "x"\n[sink]\nkind = "iceberg"\ncatalog = "lake"\n',
+        3,
+        "needs catalog and namespace",
+    ),
+    (
+        '[source]\ndsn = "x"\n[sink]\nkind = "delta"\npath = "l"\n'
+        '[tables."public.c"]\nkey = ["id"]\n',
+        7,
+        "no key 'key'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "piece"), MALFORMED, ids=[m[2] for m in MALFORMED])
+def test_a_malformed_file_gets_one_line_naming_its_line(
+    tmp_path: Path, text: str, line: int, piece: str
+) -> None:
+    path = tmp_path / "pipeline.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as raised:
+        pipeline_file.load(path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}:{line}: "), message
+    assert piece in message and "\n" not in message
+    # The command line prints that one line and exits with the usage code, no traceback.
+    proc = run_cli("run", str(path))
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert f"{path}:{line}: " in proc.stderr
+
+
+def test_a_secret_from_the_environment_is_never_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PGWIRE_CDC_TEST_DSN", "host=h password=hunter2")
+    path = tmp_path / "pipeline.toml"
+    path.write_text(GOOD.replace("idle_timeout = 1", 'idle_timeout = "soon"'))
+    with pytest.raises(ConfigError) as raised:
+        pipeline_file.load(path)
+    assert "hunter2" not in str(raised.value)
+    path.write_text(GOOD)
+    assert pipeline_file.load(path).source["dsn"] == "host=h password=hunter2"
+
+
+def test_the_shipped_json_schema_is_the_one_the_keys_make() -> None:
+    shipped = Path(pipeline_file.__file__).with_name("pipeline.schema.json")
+    assert json.loads(shipped.read_text()) == pipeline_file.json_schema()
+
+
+def test_hash_and_hmac_need_their_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pgwire_cdc.policies import Policies
+
+    monkeypatch.delenv("PGWIRE_CDC_HASH_SALT", raising=False)
+    with pytest.raises(ConfigError, match="PGWIRE_CDC_HASH_SALT"):
+        Policies({"public.c": {"email": "hash"}})
+    monkeypatch.setenv("PGWIRE_CDC_HASH_SALT", "s")
+    assert Policies({"public.c": {"email": "hash", "note": {"policy": "mask", "keep": 2}}})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+PIPELINE = """\
+[source]
+dsn = "${{PGWIRE_CDC_TEST_DSN}}"
+publication = "pub"
+slot = "s1"
+
+[sink]
+kind = "delta"
+path = "{lake}"
+
+[run]
+until_lsn = "{until}"
+max_batch_rows = 7
+metrics_port = {port}
+
+[tables."public.customers".columns]
+email = "hash"
+ssn = "drop"
+name = {{ policy = "mask", keep = 2 }}
+
+[tables."public.contacts".columns]
+email = "hash"
+"""
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("pg", ["pg15", "pg18"], indirect=True)
+def test_a_pipeline_file_keeps_governed_columns_out_of_the_lake(
+    db: Database, tmp_path: Path
+) -> None:
+    salt = "pepper"
+    emails = [f"person{i}@example.org" for i in range(1, 9)]
+    ssns = [f"{i:03d}-55-{i:04d}" for i in range(1, 9)]
+    db.conn.execute(
+        "CREATE TABLE customers (id int PRIMARY KEY, email text, ssn text, name text);"
+        "CREATE TABLE orders (id int PRIMARY KEY, customer int, note text);"
+        "CREATE TABLE contacts (id int PRIMARY KEY, email text);"
+        "CREATE PUBLICATION pub FOR TABLE customers, orders"
+    )
+    for i in range(1, 5):
+        db.conn.execute(
+            "INSERT INTO customers VALUES (%s, %s, %s, %s)",
+            (i, emails[i - 1], ssns[i - 1], f"Name{i:02d}"),
+        )
+    lake = tmp_path / "lake"
+    env = {"PGWIRE_CDC_TEST_DSN": db.dsn, "PGWIRE_CDC_HASH_SALT": salt}
+
+    def run() -> None:
+        path = tmp_path / "pipeline.toml"
+        path.write_text(PIPELINE.format(lake=lake, until=pgwire_lsn(db), port=free_port()))
+        proc = run_cli("run", str(path), "--json", env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    run()  # the snapshot
+    for i in range(5, 9):
+        db.conn.execute(
+            "INSERT INTO customers VALUES (%s, %s, %s, %s)",
+            (i, emails[i - 1], ssns[i - 1], f"Name{i:02d}"),
+        )
+    db.conn.execute("UPDATE customers SET email = %s WHERE id = 1", (emails[7],))
+    db.conn.execute("INSERT INTO orders VALUES (1, 1, 'first')")
+    # A table the publication gains later: copied while streaming, its email hashed alike.
+    db.conn.execute("INSERT INTO contacts VALUES (1, %s)", (emails[0],))
+    db.conn.execute("ALTER PUBLICATION pub ADD TABLE contacts")
+    run()
+    run()  # the copy of contacts may complete in a later run
+
+    def hashed(value: str) -> str:
+        return hashlib.sha256((salt + value).encode()).hexdigest()
+
+    customers = delta.read_table(delta.table_path(lake, "public.customers")).to_pylist()
+    assert sorted(customers[0]) == ["email", "id", "name"]
+    source = dict(db.conn.execute("SELECT id, email FROM customers").fetchall())
+    assert {r["id"]: r["email"] for r in customers} == {k: hashed(v) for k, v in source.items()}
+    assert all(r["name"].startswith("*") and r["name"][-2:].isdigit() for r in customers)
+    contacts = delta.read_table(delta.table_path(lake, "public.contacts")).to_pylist()
+    assert contacts == [{"id": 1, "email": hashed(emails[0])}]
+    # No clear value in any file of the lake: data files, logs, statistics.
+    clear = [*emails, *ssns, "Name01"]
+    for file in lake.rglob("*"):
+        if file.is_file():
+            data = file.read_bytes()
+            found = [v for v in clear if v.encode() in data]
+            assert not found, f"{file.relative_to(lake)} holds {found}"
