@@ -208,6 +208,15 @@ def cmd_resnapshot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_signal(args: argparse.Namespace) -> int:
+    from .signals import send
+
+    names = send(args.dsn, args.signal, args.table, slot=args.slot)
+    target = f"the stream of slot {args.slot}" if args.slot else "every stream of the database"
+    print(f"signal {args.signal} for {', '.join(names)} written to the WAL, for {target}")
+    return EXIT_OK
+
+
 def cmd_compact(args: argparse.Namespace) -> int:
     from .delta.maintain import compact
 
@@ -1008,6 +1017,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--table", action="append", required=True, help="schema.table to read again (repeatable)"
     )
     p.set_defaults(func=cmd_resnapshot)
+
+    p = command(
+        "signal",
+        help="write a request to the pipelines into the WAL (durable: read by the next run)",
+        description="Writes a signal as a transactional logical message (prefix "
+        "pgwire_cdc.signal), which every stream of the database reads in WAL order, so a "
+        "signal sent while no pipeline runs is carried out by the next run. resnapshot: "
+        "the tables are read again while the stream goes on (their rows upserted).",
+    )
+    _dsn_arg(p)
+    p.add_argument("signal", choices=("resnapshot",), help="what to ask")
+    p.add_argument("table", nargs="+", help="schema.table (or a table name the search path finds)")
+    p.add_argument("--slot", help="only the pipeline streaming this slot (default: every one)")
+    p.set_defaults(func=cmd_signal)
 
     p = command(
         "compact",

@@ -23,6 +23,7 @@ import psycopg
 import pyarrow as pa
 
 from . import catalog, copies, incremental
+from . import signals as signals_mod
 from ._native import Stop
 from .connection import SetupConnection
 from .errors import ConfigError
@@ -181,6 +182,21 @@ class TableCopies:
         for t in catalog.tables_of_publications(conn, self.publications):
             if t.qualified in wanted:
                 self.start(t)
+
+    def signalled(
+        self, conn: psycopg.Connection[Any], signals: Sequence[signals_mod.Signal]
+    ) -> None:
+        """Durable signals read from the WAL (:mod:`pgwire_cdc.signals`): a
+        ``resnapshot`` reads its published tables again while the stream goes on."""
+        wanted = {t for s in signals if s.kind == "resnapshot" for t in s.tables}
+        found = set()
+        for t in catalog.tables_of_publications(conn, self.publications):
+            if t.qualified in wanted:
+                log.info("%s is read again (a resnapshot signal)", t.qualified)
+                self.start(t)
+                found.add(t.qualified)
+        for name in sorted(wanted - found):
+            log.warning("a resnapshot signal names %s, which the publication lacks", name)
 
     def schema_changed(
         self, conn: psycopg.Connection[Any], changes: Sequence[SchemaChange]

@@ -65,6 +65,7 @@ from . import (
     replication,
     schema_changes,
     schema_watch,
+    signals,
 )
 from .connection import SetupConnection, connect
 from .errors import ConfigError, ConnectionError, SlotError
@@ -400,7 +401,7 @@ def _prepare_on(conn: psycopg.Connection[Any], o: StreamOptions) -> _Prepared:
             type_map=type_map,
             spill_threshold=o.spill_threshold,
             spill_dir=o.spill_path,
-            note_prefixes=[copies.NOTE_PREFIX, schema_changes.PREFIX],
+            note_prefixes=[copies.NOTE_PREFIX, schema_changes.PREFIX, signals.PREFIX],
         ),
     )
 
@@ -687,6 +688,15 @@ class _Stream:
                 setup.run(partial(table_copies.take_notes, notes=copy_notes))
             if ddl:
                 setup.run(partial(table_copies.schema_changed, changes=ddl))
+            signalled = [
+                s
+                for n in notes
+                if n[2] == signals.PREFIX
+                and (s := signals.parse(n[1])) is not None
+                and s.for_slot(self.slot)
+            ]
+            if signalled:
+                setup.run(partial(table_copies.signalled, signals=signalled))
             if table_copies.catch_up_due(stop, lsn):
                 setup.run(table_copies.catch_up)
             setup.run(partial(table_copies.watch, tables=tables))

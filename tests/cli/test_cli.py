@@ -28,6 +28,7 @@ COMMANDS = [
     "compact",
     "jars",
     "run",
+    "signal",
 ]
 
 
