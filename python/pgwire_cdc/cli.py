@@ -454,10 +454,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``run PIPELINE.toml``: the pipeline file's pipeline, or with ``--check`` its file,
     its secrets and its server checked without changing anything."""
     from . import pipeline, pipeline_file
+
+    declared = pipeline_file.load(args.file)
+    with pipeline.draining() as drain:
+        # SIGTERM (a service manager's stop) ends the run after the batch in flight is
+        # committed and acked: exit 0.
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: drain.request())
+        try:
+            return _run_pipeline(args, declared)
+        except pipeline.Drained:
+            _end_progress()
+            print(
+                "pgwire-cdc run: stopped by SIGTERM after the batch in flight; every batch "
+                "applied is acked",
+                file=sys.stderr,
+            )
+            return EXIT_OK
+
+
+def _run_pipeline(args: argparse.Namespace, declared: Any) -> int:
+    from . import pipeline
     from .policies import Policies
     from .streaming import StreamOptions
 
-    declared = pipeline_file.load(args.file)
     Policies(declared.column_policies)  # the secrets hash and hmac need are set
     options = declared.stream_options()
     StreamOptions(**options)  # every value in range

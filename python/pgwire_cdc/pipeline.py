@@ -22,9 +22,10 @@ The slot advances only past batches the sink has made durable, tables included.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -123,11 +124,50 @@ def change_table_schemas(
     return out
 
 
+class Drain:
+    """A stop asked from outside (a service's SIGTERM): :func:`run` ends after the batch
+    it is applying is committed and acked, or at once between batches.
+
+    :meth:`request` is safe in a signal handler: while a batch is being applied it only
+    notes the request; between batches it raises :class:`Drained`, which ends the stream
+    with nothing half-applied (the last acked batch is the last applied)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.applying = False
+
+    def request(self) -> None:
+        self.requested = True
+        if not self.applying:
+            raise Drained()
+
+
+class Drained(Exception):
+    """:func:`run` stopped on :meth:`Drain.request` after its last acked batch."""
+
+
+#: The drain the runs of a service use (:func:`draining`), when no run is given one.
+_service_drain: Drain | None = None
+
+
+@contextlib.contextmanager
+def draining() -> Iterator[Drain]:
+    """A :class:`Drain` every :func:`run` inside the block stops on (the runs that
+    ``delta.run`` and ``iceberg.run`` make too), for a service's SIGTERM handler."""
+    global _service_drain
+    previous, _service_drain = _service_drain, Drain()
+    try:
+        yield _service_drain
+    finally:
+        _service_drain = previous
+
+
 def run(
     dsn: str,
     options: StreamOptions,
     sink: Sink,
     on_batch: Callable[[Batch, Any], None] | None = None,
+    drain: Drain | None = None,
 ) -> int:
     """Streams into ``sink`` until the stream ends (see the module documentation);
     ``on_batch(batch, result)`` after each batch is acked, with what :meth:`Sink.apply`
@@ -154,17 +194,29 @@ def run(
     recorder = metrics.active()
     apply_seconds = recorder.apply_seconds.labels(options.slot) if recorder is not None else None
     batches = 0
-    for batch in stream(dsn, options=options):
-        started = time.perf_counter()
-        result = sink.apply(batch)
-        missing = sink.missing_tables()
-        if missing:
-            sink.create_tables(change_table_schemas(dsn, options, missing))
-        batch.ack()
-        if apply_seconds is not None:
-            apply_seconds.observe(time.perf_counter() - started)
-        batches += 1
-        if on_batch is not None:
-            on_batch(batch, result)
+    drain = drain or _service_drain or Drain()
+    batch_stream = stream(dsn, options=options)
+    try:
+        for batch in batch_stream:
+            drain.applying = True
+            started = time.perf_counter()
+            result = sink.apply(batch)
+            missing = sink.missing_tables()
+            if missing:
+                sink.create_tables(change_table_schemas(dsn, options, missing))
+            batch.ack()
+            drain.applying = False
+            if apply_seconds is not None:
+                apply_seconds.observe(time.perf_counter() - started)
+            batches += 1
+            if on_batch is not None:
+                on_batch(batch, result)
+            if drain.requested:
+                raise Drained()
+    except Drained:
+        # The generator's close() sends the last ack and closes its connections.
+        batch_stream.close()  # type: ignore[attr-defined]
+        sink.finish()
+        raise
     sink.finish()
     return batches
