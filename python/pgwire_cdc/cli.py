@@ -502,7 +502,10 @@ def _run_pipeline(args: argparse.Namespace, declared: Any) -> int:
     if declared.run.get("metrics_port") is not None:
         from . import metrics
 
-        metrics.serve(declared.run["metrics_port"])
+        lag = declared.run.get("ready_max_lag_mb")
+        metrics.serve(
+            declared.run["metrics_port"], max_lag_bytes=None if lag is None else lag * 1e6
+        )
     started = time.monotonic()
     lake = {
         k: sink[k]
@@ -769,6 +772,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="count",
         default=argparse.SUPPRESS,
         help="log progress (-v) or everything (-vv) to stderr",
+    )
+    verbosity.add_argument(
+        "--log-json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="log one JSON object per line (time, level, logger, message), for a log collector",
     )
     parser = argparse.ArgumentParser(
         prog="pgwire-cdc",
@@ -1219,6 +1228,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _JsonLines(logging.Formatter):
+    """One JSON object per log record: ``time`` (ISO 8601, UTC), ``level``, ``logger``,
+    ``message`` (and ``error`` with an exception's text)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import datetime as dt
+
+        line = {
+            "time": dt.datetime.fromtimestamp(record.created, dt.timezone.utc).isoformat(),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info).splitlines()[-1]
+        return json.dumps(line)
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     """SIGTERM stops like Ctrl-C: the generator closes its connections, nothing unwritten
     is acknowledged."""
@@ -1241,6 +1268,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     verbose = getattr(args, "verbose", 0)
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if getattr(args, "log_json", False):
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(_JsonLines())
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         code: int = args.func(args)

@@ -118,9 +118,32 @@ class Metrics:
             "pgwire_cdc_heartbeats", "Heartbeat messages written while idle", slot
         )
 
+        #: The streams recording here (:meth:`ready`), and the lag past which a stream is
+        #: not ready (bytes of WAL its slot holds; None: any).
+        self.streams: list[SlotMetrics] = []
+        self.max_lag_bytes: float | None = None
+
     def for_slot(self, slot: str) -> SlotMetrics:
         """The recorder of one stream on ``slot``."""
-        return SlotMetrics(self, slot)
+        found = SlotMetrics(self, slot)
+        self.streams.append(found)
+        return found
+
+    def ready(self) -> tuple[bool, str]:
+        """``/readyz``: whether every stream of the process streams changes (its initial
+        copy done) with its slot's lag within :attr:`max_lag_bytes`; and why not."""
+        live = [s for s in self.streams if not s.closed]
+        if not live:
+            return False, "no stream is running"
+        for s in live:
+            if not s.streaming:
+                return False, f"slot {s.slot}: not streaming changes yet"
+            if self.max_lag_bytes is not None and s.lag is not None and s.lag > self.max_lag_bytes:
+                return (
+                    False,
+                    f"slot {s.slot}: {s.lag:.0f} bytes behind (at most {self.max_lag_bytes:.0f})",
+                )
+        return True, "ready"
 
 
 def enable(registry: CollectorRegistry | None = None) -> Metrics:
@@ -141,19 +164,55 @@ def active() -> Metrics | None:
     return _default
 
 
-def serve(port: int, addr: str = "127.0.0.1", registry: CollectorRegistry | None = None) -> Any:
-    """Turns metrics on (:func:`enable`) and serves them in the Prometheus text format on
-    ``http://addr:port/metrics`` from a daemon thread. Returns what
-    ``prometheus_client.start_http_server`` returns (the server and its thread)."""
-    from prometheus_client import start_http_server
+def serve(
+    port: int,
+    addr: str = "127.0.0.1",
+    registry: CollectorRegistry | None = None,
+    max_lag_bytes: float | None = None,
+) -> Any:
+    """Turns metrics on (:func:`enable`) and serves, from a daemon thread, on
+    ``http://addr:port``: ``/metrics`` (the Prometheus text format), ``/healthz`` (200 while
+    the process runs) and ``/readyz`` (200 once every stream reads changes with its slot's
+    lag within ``max_lag_bytes``, else 503 with the reason). Returns the server."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
     metrics = enable(registry)
+    metrics.max_lag_bytes = max_lag_bytes
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
+            elif path == "/healthz":
+                self._send(200, b"ok\n")
+            elif path == "/readyz":
+                ready, why = metrics.ready()
+                self._send(200 if ready else 503, why.encode() + b"\n")
+            else:
+                self._send(404, b"not found: /metrics, /healthz, /readyz\n")
+
+        def _send(self, code: int, body: bytes, kind: str = "text/plain; charset=utf-8") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # probes every few seconds: not worth a log line each
+
     try:
-        return start_http_server(port, addr=addr, registry=metrics.registry)
+        server = ThreadingHTTPServer((addr, port), Handler)
     except OSError as e:
         raise ConfigError(
             f"cannot serve metrics on {addr}:{port}: {e.strerror or e}; choose a free port"
         ) from None
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="pgwire_cdc-http", daemon=True).start()
+    return server
 
 
 def _commit_seconds(tables: Mapping[str, pa.Table]) -> float | None:
@@ -182,6 +241,10 @@ class SlotMetrics:
         self.acked_seq = -1
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: Streaming changes (past its initial copy); the slot's lag as last seen; ended.
+        self.streaming = False
+        self.lag: float | None = None
+        self.closed = False
         # Counters show from the start (at 0), not from their first event.
         for family in (
             metrics.batches, metrics.batches_applied, metrics.received_bytes,
@@ -281,13 +344,19 @@ class SlotMetrics:
             return  # not made yet (the initial snapshot runs under a temporary slot)
         lag, status, safe = row
         if lag is not None:
-            self.m.source_lag.labels(self.slot).set(max(0.0, lag))
+            self.lag = max(0.0, lag)
+            self.m.source_lag.labels(self.slot).set(self.lag)
         if safe is not None:
             self.m.safe_wal.labels(self.slot).set(safe)
         for name in WAL_STATUSES:
             self.m.wal_status.labels(self.slot, name).set(1 if name == status else 0)
 
+    def changes_started(self) -> None:
+        """The stream reads changes now (its initial copy, if any, is handed out)."""
+        self.streaming = True
+
     def close(self) -> None:
+        self.closed = True
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)

@@ -76,7 +76,8 @@ KEYS: dict[str, dict[str, tuple[tuple[type, ...], str, bool]]] = {
         "max_batch_rows": ((int,), "rows per batch at most", False),
         "max_batch_bytes": ((int,), "bytes per batch at most", False),
         "max_batch_ms": ((int,), "milliseconds a batch gathers at most", False),
-        "metrics_port": ((int,), "serve Prometheus metrics on 127.0.0.1:PORT", False),
+        "metrics_port": ((int,), "serve /metrics, /healthz, /readyz on 127.0.0.1:PORT", False),
+        "ready_max_lag_mb": ((int, float), "/readyz fails while the slot lags more", False),
     },
 }
 SINKS = ("delta", "iceberg", "parquet")
@@ -98,7 +99,7 @@ class Pipeline:
     def stream_options(self) -> dict[str, Any]:
         """The ``StreamOptions`` fields the file sets."""
         source = {k: v for k, v in self.source.items() if k != "dsn"}
-        paced = {k: v for k, v in self.run.items() if k != "metrics_port"}
+        paced = {k: v for k, v in self.run.items() if k not in ("metrics_port", "ready_max_lag_mb")}
         options: dict[str, Any] = {**source, **paced}
         if self.column_policies:
             options["column_policies"] = self.column_policies

@@ -648,6 +648,8 @@ class _Stream:
     # -- the changes -------------------------------------------------------------------
 
     def _changes(self) -> Iterator[Batch]:
+        if self.metrics is not None:
+            self.metrics.changes_started()
         session, table_copies, setup = self.session, self.copies, self.setup
         assert session is not None and table_copies is not None and setup is not None
         assert session.live is not None

@@ -153,7 +153,9 @@ kind = "delta"
 path = "{lake}"
 """
 
-PIPELINE = HEAD + """
+PIPELINE = (
+    HEAD
+    + """
 [run]
 until_lsn = "{until}"
 max_batch_rows = 7
@@ -167,6 +169,7 @@ name = {{ policy = "mask", keep = 2 }}
 [tables."public.contacts".columns]
 email = "hash"
 """
+)
 
 
 @pytest.mark.server
@@ -230,11 +233,31 @@ def test_a_pipeline_file_keeps_governed_columns_out_of_the_lake(
             assert not found, f"{file.relative_to(lake)} holds {found}"
 
 
-SERVICE = HEAD + """
+SERVICE = (
+    HEAD
+    + """
 [run]
 max_batch_rows = 20000
 {until}
 """
+)
+
+PROBES = """\
+metrics_port = {port}
+ready_max_lag_mb = 1000
+"""
+
+
+def probe(port: int, path: str) -> tuple[int, str]:
+    """An HTTP GET of the service's ``path``: status and body."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
 
 
 @pytest.mark.server
@@ -250,8 +273,9 @@ def test_sigterm_ends_the_run_after_the_batch_in_flight(db: Database, tmp_path: 
     lake = tmp_path / "lake"
     env = {**os.environ, "PGWIRE_CDC_TEST_DSN": db.dsn}
     path = tmp_path / "pipeline.toml"
-    path.write_text(SERVICE.format(lake=lake, until=""))
-    command = [sys.executable, "-m", "pgwire_cdc.cli", "run", str(path)]
+    port = free_port()
+    path.write_text(SERVICE.format(lake=lake, until=PROBES.format(port=port)))
+    command = [sys.executable, "-m", "pgwire_cdc.cli", "run", str(path), "-v", "--log-json"]
     service = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     try:
         table = Path(delta.table_path(lake, "public.big")) / "_delta_log"
@@ -260,6 +284,13 @@ def test_sigterm_ends_the_run_after_the_batch_in_flight(db: Database, tmp_path: 
             assert service.poll() is None, service.stderr.read() if service.stderr else ""
             assert time.monotonic() < deadline, "the snapshot did not reach the lake"
             time.sleep(0.2)
+        # The probes a service manager asks: alive, and ready once changes stream.
+        assert probe(port, "/healthz") == (200, "ok\n")
+        while probe(port, "/readyz")[0] != 200:
+            assert time.monotonic() < deadline, probe(port, "/readyz")
+            time.sleep(0.2)
+        status, text = probe(port, "/metrics")
+        assert status == 200 and "pgwire_cdc_batches_total" in text
         db.conn.execute("INSERT INTO big SELECT g, 'w' || g FROM generate_series(1001, 121000) g")
         db.conn.execute("UPDATE big SET v = 'again' WHERE id % 7 = 0")
         time.sleep(1.5)
@@ -271,6 +302,10 @@ def test_sigterm_ends_the_run_after_the_batch_in_flight(db: Database, tmp_path: 
             service.kill()
     assert service.returncode == 0, err[-3000:]
     assert "stopped by SIGTERM" in err
+    # Its log: one JSON object per line (the last line is the command's own message).
+    logged = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert logged and {"time", "level", "logger", "message"} <= set(logged[0])
+    assert all(line.startswith("{") for line in err.splitlines()[:-1]), err[-2000:]
     assert time.monotonic() - stopped < 90
     path.write_text(SERVICE.format(lake=lake, until=f'until_lsn = "{pgwire_lsn(db)}"'))
     proc = run_cli("run", str(path), env={"PGWIRE_CDC_TEST_DSN": db.dsn})
