@@ -81,7 +81,7 @@ KEYS: dict[str, dict[str, tuple[tuple[type, ...], str, bool]]] = {
     },
 }
 SINKS = ("delta", "iceberg", "parquet")
-TABLE_KEYS = ("columns",)
+TABLE_KEYS = ("columns", "strict")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -95,6 +95,7 @@ class Pipeline:
     sink: dict[str, Any]
     run: dict[str, Any] = field(default_factory=dict)
     column_policies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    strict_tables: list[str] = field(default_factory=list)
 
     def stream_options(self) -> dict[str, Any]:
         """The ``StreamOptions`` fields the file sets."""
@@ -103,6 +104,8 @@ class Pipeline:
         options: dict[str, Any] = {**source, **paced}
         if self.column_policies:
             options["column_policies"] = self.column_policies
+        if self.strict_tables:
+            options["strict_tables"] = self.strict_tables
         return options
 
 
@@ -140,6 +143,7 @@ def load(path: str | os.PathLike[str]) -> Pipeline:
     if sink["kind"] == "iceberg" and ("catalog" not in sink or "namespace" not in sink):
         raise lines.error(("sink",), "an iceberg sink needs catalog and namespace")
     policies: dict[str, dict[str, Any]] = {}
+    strict_tables: list[str] = []
     tables = raw.get("tables", {})
     if not isinstance(tables, dict):
         raise lines.error(("tables",), '[tables."schema.table"] sections hold per-table options')
@@ -151,6 +155,11 @@ def load(path: str | os.PathLike[str]) -> Pipeline:
                 raise lines.error(
                     ("tables", name, key), f"tables.{name}: no key {key!r}; one of {TABLE_KEYS}"
                 )
+        strict = options.get("strict", False)
+        if not isinstance(strict, bool):
+            raise lines.error(("tables", name, "strict"), f"tables.{name}.strict is true or false")
+        if strict:
+            strict_tables.append(name)
         columns = options.get("columns", {})
         if not isinstance(columns, dict):
             raise lines.error(("tables", name, "columns"), "columns maps column to policy")
@@ -160,7 +169,7 @@ def load(path: str | os.PathLike[str]) -> Pipeline:
             except ConfigError as e:
                 raise lines.error(("tables", name, "columns", column), str(e)) from None
         policies[name] = dict(columns)
-    return Pipeline(file, sections["source"], sink, sections["run"], policies)
+    return Pipeline(file, sections["source"], sink, sections["run"], policies, strict_tables)
 
 
 def _known() -> str:
@@ -265,7 +274,7 @@ def json_schema() -> dict[str, Any]:
     sections["sink"]["properties"]["kind"]["enum"] = list(SINKS)
     policy = {
         "oneOf": [
-            {"type": "string", "enum": ["drop", "null", "redact", "hash", "hmac"]},
+            {"type": "string", "enum": ["drop", "null", "redact", "hash", "hmac", "keep"]},
             {
                 "type": "object",
                 "properties": {
@@ -284,7 +293,10 @@ def json_schema() -> dict[str, Any]:
         "additionalProperties": {
             "type": "object",
             "additionalProperties": False,
-            "properties": {"columns": {"type": "object", "additionalProperties": policy}},
+            "properties": {
+                "columns": {"type": "object", "additionalProperties": policy},
+                "strict": {"type": "boolean", "description": "every column needs a rule"},
+            },
         },
     }
     return {

@@ -10,7 +10,12 @@ Per table and column (``StreamOptions.column_policies``, or a pipeline file's
 * ``"hash"``: the hex SHA-256 of ``$PGWIRE_CDC_HASH_SALT`` followed by the value;
 * ``"hmac"``: the hex HMAC-SHA-256 of the value under ``$PGWIRE_CDC_HMAC_KEY``;
 * ``{policy = "truncate", length = N}``: a text value's first N characters;
-* ``{policy = "mask", keep = N}``: a text value with all but its last N characters ``*``.
+* ``{policy = "mask", keep = N}``: a text value with all but its last N characters ``*``;
+* ``"keep"``: the column as it is (for strict mode).
+
+A table in strict mode (``StreamOptions.strict_tables``, a pipeline file's ``strict =
+true``) must name every column it has: a column without a rule — one a migration added —
+stops the stream with an error naming it, before a batch holding its values is handed out.
 
 They are applied in Rust (:func:`pgwire_cdc._native.apply_column_policies`) to every
 batch's change tables — the initial snapshot, the changes, the rows of tables copied
@@ -23,7 +28,7 @@ key come from the environment, are read once, and are never printed.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,9 +36,9 @@ import pyarrow as pa
 
 from . import _native
 from .errors import ConfigError
-from .tables import parse_segment_key, table_of
+from .tables import METADATA_COLUMNS, parse_segment_key, table_of
 
-KINDS = ("drop", "null", "redact", "hash", "hmac", "truncate", "mask")
+KINDS = ("drop", "null", "redact", "hash", "hmac", "truncate", "mask", "keep")
 #: The settings a kind takes besides ``policy``.
 OPTIONS = {"redact": ("text",), "truncate": ("length",), "mask": ("keep",)}
 #: Where ``hash`` takes its salt and ``hmac`` its key.
@@ -100,22 +105,39 @@ class Policies:
     secrets ``hash`` and ``hmac`` need are read when this is built: a missing one is a
     :class:`ConfigError` before anything streams."""
 
-    def __init__(self, given: Mapping[str, Mapping[str, Any]]) -> None:
+    def __init__(
+        self, given: Mapping[str, Mapping[str, Any]], strict: Collection[str] = ()
+    ) -> None:
         self.by_table: dict[str, list[tuple[str, str, bytes, int]]] = {}
+        #: Per table in strict mode, the columns it names.
+        self.strict: dict[str, set[str]] = {t: set(given.get(t, {})) for t in strict}
         for table, columns in given.items():
             if not isinstance(columns, Mapping):
                 raise ConfigError(f"column_policies[{table!r}]: a mapping of column to policy")
+            rules = [parse(spec, f"{table}.{column}") for column, spec in columns.items()]
             self.by_table[table] = [
-                parse(spec, f"{table}.{column}").native(column) for column, spec in columns.items()
+                rule.native(column)
+                for column, rule in zip(columns, rules, strict=True)
+                if rule.kind != "keep"
             ]
 
     def __bool__(self) -> bool:
-        return any(self.by_table.values())
+        return any(self.by_table.values()) or bool(self.strict)
 
     def apply(self, key: str, table: pa.Table) -> pa.Table:
         """The change table ``table`` of batch key ``key`` (``schema.table``, or
         ``schema.table@2`` for a later schema) with its table's policies applied."""
         name, _ = parse_segment_key(key)
+        named = self.strict.get(name)
+        if named is not None:
+            data = [c for c in table.column_names if c not in METADATA_COLUMNS]
+            unruled = [c for c in data if c not in named]
+            if unruled:
+                raise ConfigError(
+                    f"{name} is in strict mode and its column {unruled[0]!r} has no rule: add "
+                    f'one (drop, hash, ... or keep) under [tables."{name}".columns]; '
+                    "nothing of it was written"
+                )
         rules = self.by_table.get(name)
         if not rules:
             return table

@@ -239,6 +239,9 @@ class StreamOptions:
     #: Per table (``"schema.table"``), per column, what the stream keeps of its values
     #: (:mod:`pgwire_cdc.policies`: drop, null, redact, hash, hmac, truncate, mask).
     column_policies: Mapping[str, Mapping[str, Any]] | None = None
+    #: Tables whose every column needs a rule in ``column_policies`` (``"keep"`` lets one
+    #: through): a column without one stops the stream before its values are handed out.
+    strict_tables: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         if self.max_batch_rows < 1 or self.max_batch_bytes < 1 or self.max_batch_ms < 0:
@@ -894,6 +897,7 @@ def stream(
     schema_watch: bool = False,
     held_shapes: Mapping[str, dict[str, Any]] | None = None,
     column_policies: Mapping[str, Mapping[str, Any]] | None = None,
+    strict_tables: Sequence[str] | None = None,
     options: StreamOptions | None = None,
 ) -> Iterator[Batch]:
     """Streams a publication's changes (after an initial snapshot for a new slot) as
@@ -974,7 +978,8 @@ def stream(
     ``held_shapes``: what ``Batch.table_shapes`` said last of each table the consumer's
     copy holds, so DDL made between two runs is measured against it.
     ``column_policies``: per table, per column, what the batches keep of its values
-    (:mod:`pgwire_cdc.policies`), applied in Rust before a batch is handed out.
+    (:mod:`pgwire_cdc.policies`), applied in Rust before a batch is handed out;
+    ``strict_tables``: tables each column of which needs a rule.
     """
     given: dict[str, Any] = {
         "publication": publication,
@@ -1005,6 +1010,7 @@ def stream(
         "schema_watch": schema_watch,
         "held_shapes": held_shapes,
         "column_policies": column_policies,
+        "strict_tables": strict_tables,
     }
     if options is None:
         options = StreamOptions(**given)
@@ -1018,7 +1024,7 @@ def stream(
                 f"pass either options= or keyword arguments, not both ({', '.join(clash)}"
                 " given too): dataclasses.replace(options, ...) changes a field"
             )
-    governed = policies.Policies(options.column_policies or {})
+    governed = policies.Policies(options.column_policies or {}, options.strict_tables or ())
     state = _Stream(dsn, options)
     if not governed:
         return state.run()

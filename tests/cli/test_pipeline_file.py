@@ -316,3 +316,57 @@ def test_sigterm_ends_the_run_after_the_batch_in_flight(db: Database, tmp_path: 
     ).fetchone()
     again = sum(1 for v in rows["v"].to_pylist() if v == "again")
     assert (rows.num_rows, sum(rows["id"].to_pylist()), again) == tuple(source)
+
+
+def test_strict_mode_stops_at_a_column_without_a_rule() -> None:
+    import pyarrow as pa
+    from pgwire_cdc.policies import Policies
+
+    rules = {"public.c": {"id": "keep", "email": "null"}}
+    table = pa.table({"id": [1], "email": ["a@x.org"]})
+    assert Policies(rules, ["public.c"]).apply("public.c", table)["email"].null_count == 1
+    added = table.append_column("phone", pa.array(["555"]))
+    with pytest.raises(ConfigError, match="'phone' has no rule"):
+        Policies(rules, ["public.c"]).apply("public.c@2", added)
+    # Not strict: a column without a rule passes as it is.
+    assert Policies(rules).apply("public.c", added)["phone"].to_pylist() == ["555"]
+
+
+STRICT = (
+    HEAD
+    + """
+[run]
+until_lsn = "{until}"
+
+[tables."public.people"]
+strict = true
+
+[tables."public.people".columns]
+id = "keep"
+email = "hash"
+"""
+)
+
+
+@pytest.mark.server
+def test_a_strict_pipeline_stops_before_a_new_columns_values_are_written(
+    db: Database, tmp_path: Path
+) -> None:
+    db.conn.execute(
+        "CREATE TABLE people (id int PRIMARY KEY, email text);"
+        " INSERT INTO people VALUES (1, 'a@example.org');"
+        " CREATE PUBLICATION pub FOR TABLE people"
+    )
+    lake = tmp_path / "lake"
+    env = {"PGWIRE_CDC_TEST_DSN": db.dsn, "PGWIRE_CDC_HASH_SALT": "s"}
+    path = tmp_path / "pipeline.toml"
+    path.write_text(STRICT.format(lake=lake, until=pgwire_lsn(db)))
+    assert run_cli("run", str(path), env=env).returncode == 0
+    db.conn.execute("ALTER TABLE people ADD COLUMN phone text")
+    db.conn.execute("INSERT INTO people VALUES (2, 'b@example.org', '555-0100')")
+    path.write_text(STRICT.format(lake=lake, until=pgwire_lsn(db)))
+    proc = run_cli("run", str(path), env=env)
+    assert proc.returncode == 3 and "'phone' has no rule" in proc.stderr, proc.stderr[-2000:]
+    table = delta.read_table(delta.table_path(lake, "public.people"))
+    assert table.column_names == ["id", "email"] and table.num_rows == 1
+    assert not any(b"555-0100" in f.read_bytes() for f in lake.rglob("*") if f.is_file())
