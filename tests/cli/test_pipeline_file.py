@@ -107,6 +107,13 @@ def test_a_malformed_file_gets_one_line_naming_its_line(
     assert f"{path}:{line}: " in proc.stderr
 
 
+def test_python_m_pgwire_cdc_is_the_command_line() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pgwire_cdc", "run", "--help"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and "PIPELINE.toml" in proc.stdout
+
+
 def test_a_secret_from_the_environment_is_never_printed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
