@@ -154,9 +154,8 @@ pytest: build check-wheel jars
 test-full: build check-wheel jars
 	PGWIRE_CDC_BOTH_SERVERS=1 $(PYTEST) -m server
 
-# The crash tortures in full: 20 SIGKILLs each. `make test` runs the Delta ones short (5,
-# 10 for the Delta torture on PostgreSQL 15) and leaves the Iceberg one and the one on S3
-# to this target.
+# The crash tortures in full: 20 SIGKILLs each. `make test` runs the Delta ones short (5
+# each) and leaves the Iceberg one and the one on S3 to this target.
 TORTURES := tests/delta/test_crash_torture.py tests/iceberg/test_iceberg_torture.py \
   tests/delta/test_object_store.py::test_crash_torture_on_s3
 torture: build jars

@@ -200,15 +200,15 @@ def _write(dsn: str, directory: Path) -> dict[str, Any]:
         return delta.run(dsn, publication="pub", slot="s1", max_batch_rows=500, **where, **options)
 
     out: dict[str, Any] = {}
-    workload.run(40)
+    workload.run(20)
     out["first"] = vars(run())
-    workload.run(120)
+    workload.run(50)
     conn.execute('ALTER TABLE "Odd Name.x" ADD COLUMN extra bigint')
     conn.execute('UPDATE "Odd Name.x" SET extra = id * 10, "Val ue" = NULL WHERE id % 3 = 0')
     conn.execute("INSERT INTO \"Odd Name.x\" VALUES (100, 'new', 7)")
     out["later"] = vars(run())
     # Batches applied twice and never acked, then the same stretch streamed again.
-    workload.run(25)
+    workload.run(12)
     until = now()
     twice = delta.ApplyStats()
     for batch in stream(dsn, publication="pub", slot="s1", until_lsn=until, max_batch_rows=200):

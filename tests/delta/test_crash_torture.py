@@ -43,8 +43,8 @@ from support.stream_workload import SCHEMA, TABLES, Workload, norm, source_rows
 
 WORKER = Path(__file__).resolve().parents[1] / "support" / "delta_worker.py"
 #: Kills of the main torture: ``make torture`` sets ``PGWIRE_CDC_TORTURE_KILLS=20``; the
-#: default goes through every kind of kill point (``KINDS``) twice.
-KILLS = int(os.environ.get("PGWIRE_CDC_TORTURE_KILLS", "10"))
+#: default goes through every kind of kill point (``KINDS``) once.
+KILLS = int(os.environ.get("PGWIRE_CDC_TORTURE_KILLS", "5"))
 
 #: The tortures ``make test`` leaves to ``make torture`` (which sets
 #: ``PGWIRE_CDC_TORTURE_KILLS``): the Iceberg one and the one on S3, each kill of which

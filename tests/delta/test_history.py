@@ -68,7 +68,7 @@ def test_the_spark_writer_keeps_history_and_soft_deletes(
 ) -> None:
     rng = random.Random(8)
     oracle.create(db.conn)
-    keep = {**KEEP, "writer": "spark", "spark": spark, "max_batch_rows": 9}
+    keep = {**KEEP, "writer": "spark", "spark": spark, "max_batch_rows": 60}
     delta.run(db.dsn, tmp_path, until_lsn=current_lsn(db), **keep)
     since = oracle.snapshot_seq(db.conn)
     next_id = [100]
