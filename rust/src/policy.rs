@@ -18,7 +18,6 @@
 //! column that is not text, like an unknown column name, are the caller's to refuse.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use arrow_array::builder::StringBuilder;
@@ -130,14 +129,17 @@ fn governed(field: &Field, data_type: &DataType) -> Field {
 fn apply(column: &ArrayRef, policy: &Policy) -> Result<ArrayRef, ArrowError> {
     match policy {
         Policy::Drop | Policy::Null => Ok(new_null_array(column.data_type(), column.len())),
-        Policy::Redact(text) => map_text(column, |_, _| Some(text.clone()), |_| Ok(())),
-        Policy::Hash { salt } => hashed(column, |bytes| {
-            let mut h = Sha256::new();
-            h.update(salt);
-            h.update(bytes);
-            hex(&h.finalize())
-        }),
-        Policy::Hmac { key } => hashed(column, |bytes| hex(&hmac_sha256(key, bytes))),
+        Policy::Redact(text) => map_text(column, |_, out| out.push_str(text), |_| Ok(())),
+        Policy::Hash { salt } => {
+            // The salt's state once, cloned per value.
+            let salted = Sha256::new_with_prefix(salt);
+            hashed(column, |bytes| {
+                let mut h = salted.clone();
+                h.update(bytes);
+                h.finalize().into()
+            })
+        }
+        Policy::Hmac { key } => hashed(column, |bytes| hmac_sha256(key, bytes)),
         Policy::Truncate(n) => text_only(column, |s| s.chars().take(*n).collect()),
         Policy::Mask { keep } => text_only(column, |s| {
             let count = s.chars().count();
@@ -150,36 +152,57 @@ fn apply(column: &ArrayRef, policy: &Policy) -> Result<ArrayRef, ArrowError> {
     }
 }
 
-/// A text column of `f(row, value bytes)` for each non-null value.
+/// A text column of what `f` writes for each non-null value's bytes (see
+/// [`for_each_value`]); `check` refuses a column type first.
 fn map_text(
     column: &ArrayRef,
-    f: impl Fn(usize, &[u8]) -> Option<String>,
+    mut f: impl FnMut(&[u8], &mut String),
     check: impl Fn(&DataType) -> Result<(), ArrowError>,
 ) -> Result<ArrayRef, ArrowError> {
     check(column.data_type())?;
-    let mut out = StringBuilder::with_capacity(column.len(), column.len() * 16);
-    let bytes = value_bytes(column)?;
-    for (i, value) in bytes.iter().enumerate() {
-        match value {
-            Some(b) => match f(i, b) {
-                Some(s) => out.append_value(s),
-                None => out.append_null(),
-            },
-            None => out.append_null(),
+    let mut out = StringBuilder::with_capacity(column.len(), column.len() * 64);
+    let mut buffer = String::with_capacity(64);
+    for_each_value(column, |value| match value {
+        Some(bytes) => {
+            buffer.clear();
+            f(bytes, &mut buffer);
+            out.append_value(&buffer);
         }
-    }
+        None => out.append_null(),
+    })?;
     Ok(Arc::new(out.finish()))
 }
 
-fn hashed(column: &ArrayRef, digest: impl Fn(&[u8]) -> String) -> Result<ArrayRef, ArrowError> {
-    map_text(column, |_, b| Some(digest(b)), |_| Ok(()))
+fn hashed(column: &ArrayRef, digest: impl Fn(&[u8]) -> [u8; 32]) -> Result<ArrayRef, ArrowError> {
+    let mut out = StringBuilder::with_capacity(column.len(), column.len() * 64);
+    for_each_value(column, |value| match value {
+        Some(bytes) => {
+            let text = hex64(&digest(bytes));
+            out.append_value(std::str::from_utf8(&text).unwrap_or_default());
+        }
+        None => out.append_null(),
+    })?;
+    Ok(Arc::new(out.finish()))
+}
+
+/// A SHA-256 digest as 64 lower-case hex digits (ASCII).
+fn hex64(digest: &[u8; 32]) -> [u8; 64] {
+    let digit = |n: u8| if n < 10 { b'0' + n } else { b'a' + n - 10 };
+    let mut out = [0u8; 64];
+    for (pair, &b) in out.chunks_exact_mut(2).zip(digest) {
+        if let [high, low] = pair {
+            *high = digit(b >> 4);
+            *low = digit(b & 0xf);
+        }
+    }
+    out
 }
 
 /// A text column's values through `f`; other types are refused.
 fn text_only(column: &ArrayRef, f: impl Fn(&str) -> String) -> Result<ArrayRef, ArrowError> {
     map_text(
         column,
-        |_, b| Some(f(&String::from_utf8_lossy(b))),
+        |b, out| out.push_str(&f(&String::from_utf8_lossy(b))),
         |t| match t {
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Ok(()),
             other => Err(ArrowError::InvalidArgumentError(format!(
@@ -189,41 +212,38 @@ fn text_only(column: &ArrayRef, f: impl Fn(&str) -> String) -> Result<ArrayRef, 
     )
 }
 
-/// Each value's bytes (None for a null): UTF-8 for text, the raw bytes of a binary value,
-/// the `arrow-row` encoding of any other type.
-fn value_bytes(column: &ArrayRef) -> Result<Vec<Option<Vec<u8>>>, ArrowError> {
+/// Calls `f` with each value's bytes (None for a null), in row order, without copying
+/// them: UTF-8 for text, the raw bytes of a binary value, the `arrow-row` encoding of
+/// any other type.
+fn for_each_value(column: &ArrayRef, mut f: impl FnMut(Option<&[u8]>)) -> Result<(), ArrowError> {
     let valid = |i: usize| column.is_valid(i);
-    Ok(match column.data_type() {
+    match column.data_type() {
         DataType::Utf8 => {
             let a = column.as_string::<i32>();
-            (0..a.len())
-                .map(|i| valid(i).then(|| a.value(i).as_bytes().to_vec()))
-                .collect()
+            (0..a.len()).for_each(|i| f(valid(i).then(|| a.value(i).as_bytes())));
         }
         DataType::LargeUtf8 => {
             let a = column.as_string::<i64>();
-            (0..a.len())
-                .map(|i| valid(i).then(|| a.value(i).as_bytes().to_vec()))
-                .collect()
+            (0..a.len()).for_each(|i| f(valid(i).then(|| a.value(i).as_bytes())));
         }
         DataType::Binary => {
             let a = column.as_binary::<i32>();
-            (0..a.len())
-                .map(|i| valid(i).then(|| a.value(i).to_vec()))
-                .collect()
+            (0..a.len()).for_each(|i| f(valid(i).then(|| a.value(i))));
         }
         other => {
             let converter = RowConverter::new(vec![SortField::new(other.clone())])?;
             let rows = converter.convert_columns(std::slice::from_ref(column))?;
-            (0..column.len())
-                .map(|i| valid(i).then(|| rows.row(i).as_ref().to_vec()))
-                .collect()
+            for i in 0..column.len() {
+                let row = rows.row(i);
+                f(valid(i).then_some(row.as_ref()));
+            }
         }
-    })
+    }
+    Ok(())
 }
 
 /// HMAC-SHA-256 (RFC 2104) of `message` under `key`.
-fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
+fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
     const BLOCK: usize = 64;
     let mut k = [0u8; BLOCK];
     let short: Vec<u8> = if key.len() > BLOCK {
@@ -240,15 +260,13 @@ fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
     let mut outer = Sha256::new();
     outer.update(k.map(|b| b ^ 0x5c));
     outer.update(inner.finalize());
-    outer.finalize().to_vec()
+    outer.finalize().into()
 }
 
+#[cfg(test)]
 fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
+    let digest: [u8; 32] = bytes.try_into().unwrap_or([0; 32]);
+    String::from_utf8_lossy(&hex64(&digest)).into_owned()
 }
 
 #[cfg(test)]
