@@ -94,7 +94,8 @@ def main() -> None:
                 " synthetic `bench` stream decoded into change tables, alone and with `name`,"
                 " `doc` (jsonb) and `uid` hashed (SHA-256 with a salt) or dropped.",
                 "",
-                "| stream | decode, rows/s | + 3 hashed, rows/s | time ratio | + 3 dropped, rows/s |",
+                "| stream | decode, rows/s | + 3 hashed, rows/s | time ratio"
+                " | + 3 dropped, rows/s |",
                 "|---|---:|---:|---:|---:|",
                 *lines,
                 "",
