@@ -74,7 +74,7 @@ def measure(
         )
         options: dict[str, Any] = {
             "publication": "pub",
-            "slot": "s1",
+            "slot": f"s_{fmt}_{int(history)}",
             "history": "scd2" if history else None,
             "max_batch_rows": max(count * 2, 100_000),
             "as_of_every": None,
