@@ -241,7 +241,7 @@ def test_deletion_vector_tables_survive_sigkills(pg18_cluster: Any, tmp_path: Pa
 @pytest.mark.timeout(900 + 120 * KILLS)
 def test_delta_tables_survive_sigkills(pg15_cluster: Any, tmp_path: Path) -> None:
     report = torture(pg15_cluster, tmp_path / "lake", tmp_path / "deliveries.jsonl")
-    assert report["changes"] >= 200_000, report
+    assert report["changes"] >= 150_000, report  # a round of the workload at least
     assert report["restarts_after_sigkill"] >= KILLS
     # Restarts delivered applied changes again, and they were skipped.
     assert report["changes_delivered_again_skipped"] > 0

@@ -7,10 +7,10 @@ that hold deleted rows, and the files smaller than ``min_file_rows``, into files
 ``target_file_size`` bytes without the deleted rows, in one commit marked as changing no
 data (``dataChange: false``, as Delta's OPTIMIZE commits are). It is safe while a stream
 keeps the table: it records no stream position, so the sink's position (the ``txn``
-actions of its own commits) is untouched, and a MERGE and a compaction that both touch a
-file conflict in the deltalake crate's commit checks, so one of them runs again on the
-new version (the stream's MERGE retries by itself; :func:`compact` raises
-:class:`~pgwire_cdc.errors.DeltaError` and is run again).
+actions of its own commits) is untouched, and a MERGE and a compaction that race both
+commit at the next version only, so one of them fails and runs again on the new version
+(the stream's MERGE by itself; :func:`compact` raises :class:`~pgwire_cdc.errors.DeltaError`
+and is run again).
 
 A stream kept by the delta-rs writer also compacts by itself (``auto_compact``, on by
 default; :func:`compact_after_merge`), after the manner of Delta's auto compaction: after

@@ -18,8 +18,9 @@
 //!    the new files, and the stream position as a `txn` action.
 //!
 //! [`DvTable::compact`] rewrites the files holding deleted rows or too small, without the
-//! deleted rows, in a commit that changes no data (`dataChange: false`), so a stream's
-//! MERGE and a compaction that touch the same file see a conflict and the loser retries.
+//! deleted rows, in a commit that changes no data (`dataChange: false`); a MERGE and a
+//! compaction that race both commit at the next version only, so the loser fails: the
+//! MERGE runs again on the new snapshot, the compaction gives up until its next run.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
@@ -89,8 +90,12 @@ const READ_AHEAD: usize = 8;
 /// How many times a MERGE that lost a conflict to a concurrent commit (a compaction) is
 /// run again from the new table version.
 const CONFLICT_RETRIES: usize = 5;
-/// How many concurrent commits a compaction checks itself against before it gives up.
-const COMPACT_RETRIES: usize = 15;
+/// How many concurrent commits a compaction rebases itself over: none. The deltalake
+/// crate's conflict check can let a compaction's `remove` of a file through after a MERGE
+/// retired rows of that file in a deletion vector (the rows then came back, rewritten by
+/// the compaction), so a compaction that loses the race to any commit gives up, as a MERGE
+/// does; the next one starts from the new snapshot (it changes no data: giving up is safe).
+const COMPACT_RETRIES: usize = 0;
 /// The RoaringBitmapArray magic number (little-endian) that starts a stored vector.
 const PORTABLE_MAGIC: u32 = 1681511377;
 
@@ -729,8 +734,7 @@ impl DvTable {
             predicate: None,
             target_size: target_file_size as i64,
         };
-        // A MERGE that removed a file this compaction rewrites wins the race: this commit
-        // then fails its conflict check (a concurrent delete of the same file).
+        // Any commit since the snapshot it read (a MERGE) wins the race: this one fails.
         stats.version = Some(
             self.commit(actions, operation, None, COMPACT_RETRIES)
                 .await?,
