@@ -250,7 +250,8 @@ def _header(line: str) -> tuple[str, ...]:
 
 def _split_key(key: str) -> list[str]:
     """A dotted TOML key's parts (quoted parts may hold dots)."""
-    return [p for p in re.findall(r'"(?:[^"\\]|\\.)*"|[^.\s]+', key)]
+    found: list[str] = re.findall(r'"(?:[^"\\]|\\.)*"|[^.\s]+', key)
+    return found
 
 
 def json_schema() -> dict[str, Any]:

@@ -141,6 +141,4 @@ class Policies:
         rules = self.by_table.get(name)
         if not rules:
             return table
-        present = set(table.column_names)
-        rules = [r for r in rules if r[0] in present or "_before" in present]
         return table_of(_native.apply_column_policies(table, rules))

@@ -248,13 +248,12 @@ impl Transactions {
         self.last = here;
     }
 
-    /// The current transaction's touched keys, as it left them.
+    /// The current transaction's touched keys, as it left them (in slot order: versions
+    /// of one transaction have no order among themselves).
     fn flush(&mut self, finals: &[Option<Final>]) {
-        let mut seen = std::collections::HashSet::new();
+        self.touched.sort_unstable();
+        self.touched.dedup();
         for &at in &self.touched {
-            if !seen.insert(at) {
-                continue;
-            }
             if let Some(Some(f)) = finals.get(at) {
                 self.emitted.push((f.clone(), self.last));
             }
