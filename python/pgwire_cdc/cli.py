@@ -412,6 +412,7 @@ def _lake_options(args: argparse.Namespace) -> dict[str, Any]:
         "history_tables": args.history_tables,
         "deletes": args.deletes,
         "as_of_every": args.as_of_every,
+        "change_data_feed": args.change_data_feed,
     }
 
 
@@ -509,7 +510,14 @@ def _run_pipeline(args: argparse.Namespace, declared: Any) -> int:
     started = time.monotonic()
     lake = {
         k: sink[k]
-        for k in ("history", "history_tables", "deletes", "as_of_every", "keep_dropped_columns")
+        for k in (
+            "history",
+            "history_tables",
+            "deletes",
+            "as_of_every",
+            "keep_dropped_columns",
+            "change_data_feed",
+        )
         if k in sink
     }
     progress = lambda _sink, b, _s: _progress(b, started)  # noqa: E731
@@ -932,6 +940,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="hard",
         help="with --delta or --iceberg: soft keeps a deleted row, _deleted true and "
         "_deleted_lsn the commit LSN that removed it (default hard: the row goes)",
+    )
+    p.add_argument(
+        "--change-data-feed",
+        action="store_true",
+        help="with --delta or --iceberg: the tables keep a change data feed (Delta's "
+        "table_changes, Iceberg's changelog view), every change with its _commit_lsn",
     )
     p.add_argument(
         "--as-of-every",

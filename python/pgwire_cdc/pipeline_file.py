@@ -67,6 +67,7 @@ KEYS: dict[str, dict[str, tuple[tuple[type, ...], str, bool]]] = {
         "history": ((str,), "scd2: history tables beside the tables", False),
         "history_tables": ((list,), "the tables with a history (all when absent)", False),
         "deletes": ((str,), "hard or soft", False),
+        "change_data_feed": ((bool,), "the tables keep a change data feed", False),
         "as_of_every": ((int, float), "seconds between as-of points", False),
         "keep_dropped_columns": ((bool,), "keep columns dropped at the source", False),
     },

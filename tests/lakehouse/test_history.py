@@ -19,7 +19,7 @@ from pgwire_cdc.lakehouse.format import TableFormat
 from pgwire_cdc.lakehouse.history import HISTORY_COLUMNS
 from pgwire_cdc.lakehouse.sink import LakehouseSink
 from pgwire_cdc.streaming import Batch
-from support.lakes import KEYED, Crash, Crashing, Lake, as_multiset, source
+from support.lakes import BAG, KEYED, Crash, Crashing, Lake, as_multiset, source
 from support.pgoutput import UNCHANGED, Source, snapshot_batch
 
 COLUMNS = ["id", "name", "note", "n"]
@@ -85,6 +85,22 @@ def cut(batch: Batch, rows: int) -> list[Batch]:
     return [first, Batch(tables={name: tail}, lsn=batch.lsn)]
 
 
+def drive(sink: LakehouseSink, src: Source, rng: random.Random, rec: Record, rounds: int) -> None:
+    """``rounds`` batches of one to four random transactions each (new keys past the
+    source's highest) into ``sink``, half of them cut inside a transaction."""
+    next_id = [max((r["id"] for r in src.rows(KEYED)), default=0) + 1000]
+    for _ in range(rounds):
+        for _ in range(rng.randint(1, 4)):
+            random_transaction(src, rng, next_id, rec)
+        batch = src.batch()
+        table = batch.tables.get(KEYED)
+        if table is not None and table.num_rows > 2 and rng.random() < 0.5:
+            for part in cut(Batch(tables={KEYED: table}, lsn=batch.lsn), rng.randint(1, 2)):
+                sink.apply(part)
+        else:
+            sink.apply(batch)
+
+
 def sink_for(lake: Lake, crash_before: int | None = None) -> LakehouseSink:
     fmt = lake.format
     if crash_before is not None:
@@ -134,17 +150,7 @@ def test_the_history_reads_as_the_source_after_every_commit(lake: Lake, seed: in
     rec.committed(set())
     sink = sink_for(lake)
     sink.apply(snapshot_batch(src.batch(), start=True))
-    next_id = [5]
-    for _ in range(10 if lake.kind == "memory" else 5):
-        for _ in range(rng.randint(1, 4)):
-            random_transaction(src, rng, next_id, rec)
-        batch = src.batch()
-        table = batch.tables.get(KEYED)
-        if table is not None and table.num_rows > 2 and rng.random() < 0.5:
-            for part in cut(Batch(tables={KEYED: table}, lsn=batch.lsn), rng.randint(1, 2)):
-                sink.apply(part)
-        else:
-            sink.apply(batch)
+    drive(sink, src, rng, rec, 10 if lake.kind == "memory" else 5)
     check(lake, rec)
 
 
@@ -261,3 +267,51 @@ def test_soft_deletes_keep_every_row_that_went(lake: Lake, seed: int) -> None:
             assert row["_deleted_lsn"] == gone_at[key], key
             assert {c: row[c] for c in COLUMNS} == {c: seen[key][c] for c in COLUMNS}
         assert all(r["_deleted_lsn"] is None for r in rows if not r["_deleted"])
+
+
+class LastChange(Record):
+    """:class:`Record`, and per live key the commit LSN of the last transaction that
+    changed its row (what a change-feed table's ``_commit_lsn`` holds)."""
+
+    def __init__(self, src: Source) -> None:
+        super().__init__(src)
+        self.lsn: dict[int, int] = {}
+
+    def committed(self, touched: set[int]) -> None:
+        super().committed(touched)
+        alive = {r["id"] for r in self.src.rows(KEYED)}
+        self.lsn = {k: v for k, v in self.lsn.items() if k in alive}
+        self.lsn.update({k: self.src.commits[-1] for k in touched & alive})
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_change_feed_table_holds_each_rows_last_commit_lsn(lake: Lake, seed: int) -> None:
+    """With ``change_data_feed``: a table with a key holds ``_commit_lsn``, the commit LSN
+    of the transaction that last changed the row (key changes, unchanged TOAST, truncates,
+    batches ending inside a transaction), through a later run without the option too; a
+    keyless table holds no such column. On Delta tables the feed is on
+    (``delta.enableChangeDataFeed``)."""
+    rng = random.Random(seed)
+    src = source()
+    rec = LastChange(src)
+    with src.transaction() as tx:
+        for i in range(1, 6):
+            tx.insert(KEYED, {"id": i, "name": f"n{i}", "note": "toast", "n": i})
+    rec.committed(set(range(1, 6)))
+    sink = LakehouseSink(lake.format, as_of_every=None, change_data_feed=True)
+    sink.apply(snapshot_batch(src.batch(), start=True))
+    drive(sink, src, rng, rec, 6 if lake.kind == "memory" else 4)
+    # A later run without the option keeps the column current all the same.
+    drive(LakehouseSink(lake.format, as_of_every=None), src, rng, rec, 1)
+    with src.transaction() as tx:
+        tx.insert(BAG, {"k": 1, "v": "a"})
+        tx.insert(BAG, {"k": 1, "v": "a"})
+    with src.transaction() as tx:
+        tx.delete(BAG, {"k": 1, "v": "a"})
+    sink.apply(src.batch())
+    assert lake.rows(BAG) == [{"k": 1, "v": "a"}]
+    rows = lake.rows(KEYED)
+    assert as_multiset([{c: r[c] for c in COLUMNS} for r in rows]) == as_multiset(src.rows(KEYED))
+    assert {r["id"]: r["_commit_lsn"] for r in rows} == rec.lsn
+    if lake.kind != "memory":
+        assert lake.property(KEYED, "delta.enableChangeDataFeed") == "true"

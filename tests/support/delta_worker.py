@@ -6,6 +6,7 @@ Usage::
     delta_worker.py DSN PATH UNTIL_LSN [--crash-at STEP --nth N] [--log FILE]
                     [--max-batch-rows N] [--writer delta-rs|spark]
                     [--publication pub] [--slot s1] [--history scd2] [--deletes soft]
+                    [--change-data-feed]
 
 Keeps one Delta table per table of publication ``--publication`` (default ``pub``)
 through slot ``--slot`` (default ``s1``) under PATH, up to UNTIL_LSN (an integer LSN),
@@ -128,6 +129,7 @@ def main() -> None:
     parser.add_argument("--deletion-vectors", action="store_true")
     parser.add_argument("--history", default=None)
     parser.add_argument("--deletes", default="hard")
+    parser.add_argument("--change-data-feed", action="store_true")
     args = parser.parse_args()
     on_step, on_batch = crash_points(delta.DeltaSink, args.crash_at, args.nth, args.log)
 
@@ -155,6 +157,7 @@ def main() -> None:
         deletion_vectors=args.deletion_vectors,
         history=args.history,
         deletes=args.deletes,
+        change_data_feed=args.change_data_feed,
     )
     print(json.dumps(dataclasses.asdict(total)), flush=True)
 

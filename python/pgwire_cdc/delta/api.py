@@ -129,6 +129,7 @@ def run(
     history: str | None = None,
     history_tables: Iterable[str] | None = None,
     deletes: str = "hard",
+    change_data_feed: bool = False,
     **stream_options: Any,
 ) -> ApplyStats:
     """Keeps one Delta table per published table under ``path`` until the stream ends
@@ -163,7 +164,13 @@ def run(
     ``history="scd2"``: each table (of ``history_tables``, None: all) also gets a history
     table at :func:`history_path` (catalog mode: ``<table>_history`` beside it), one row
     per version of each source row (docs/history.md). ``deletes="soft"``: a deleted row
-    stays, ``_deleted`` true and ``_deleted_lsn`` the commit LSN that removed it."""
+    stays, ``_deleted`` true and ``_deleted_lsn`` the commit LSN that removed it.
+    ``change_data_feed``: the tables keep Delta's change data feed
+    (``delta.enableChangeDataFeed``; tables that exist have it turned on), written by both
+    writers, the deletion-vector MERGE included: ``table_changes`` returns every change
+    as ``insert``, ``update_preimage``, ``update_postimage`` or ``delete``, and a table
+    with a key holds ``_commit_lsn``, the commit LSN of the source transaction that wrote
+    the row (docs/history.md)."""
     _need_target(path, schema)
     sink = DeltaSink(
         path,
@@ -181,6 +188,7 @@ def run(
         history=history,
         history_tables=history_tables,
         deletes=deletes,
+        change_data_feed=change_data_feed,
     )
     options = StreamOptions(
         publication=publication,

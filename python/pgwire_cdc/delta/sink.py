@@ -30,6 +30,7 @@ from ..lakehouse.sql import default_table_name, key_filter, quote_name, source_c
 from ..lakehouse.stats import ApplyStats
 from .catalog import CatalogNames, is_table_name
 from .table import (
+    CHANGE_DATA_FEED,
     base_path,
     history_path,
     open_table,
@@ -100,6 +101,10 @@ class DeltaTables:
         # (one read of its log per batch serves the position, the check that it exists
         # and its schema).
         self._opened: dict[str, Any] = {}
+        # History tables' references (never given a change data feed), and the tables
+        # known to have their change data feed on.
+        self._history_refs: set[str] = set()
+        self._feeding: set[str] = set()
 
     # -- where the tables are ----------------------------------------------------------
 
@@ -120,6 +125,7 @@ class DeltaTables:
         return f"in {self.names.schema_ref()}" if self.names else f"under {self.path}"
 
     deleted_column = "_deleted"
+    change_data_feed = False
 
     def history_ref(self, name: str) -> str:
         """The history table's reference: :func:`~pgwire_cdc.delta.table.history_path`
@@ -127,12 +133,26 @@ class DeltaTables:
         if self.names is None:
             if self.path is None:
                 raise ConfigError("this Delta sink has no path: name the table itself")
-            return history_path(self.path, name)
-        table = self.names.table_name(name)
-        ref = f"{self.names.schema_ref()}.{quote_name(table + '_history')}"
-        if self.path is not None and isinstance(self.writer, SparkWriter):
-            self.writer.external[ref] = history_path(self.path, name)
+            ref = history_path(self.path, name)
+        else:
+            table = self.names.table_name(name)
+            ref = f"{self.names.schema_ref()}.{quote_name(table + '_history')}"
+            if self.path is not None and isinstance(self.writer, SparkWriter):
+                self.writer.external[ref] = history_path(self.path, name)
+        self._history_refs.add(ref)
         return ref
+
+    def _with_feed(self, ref: str) -> None:
+        """Turns the change data feed on for the (existing) table ``ref`` when the sink
+        keeps one and the table has none yet (a table made before, or by a write that
+        created it): ``delta.enableChangeDataFeed``, which adds the ``changeDataFeed``
+        writer feature. History tables keep none (their rows are versions already)."""
+        if not self.change_data_feed or ref in self._history_refs or ref in self._feeding:
+            return
+        if self.property(ref, CHANGE_DATA_FEED) != "true":
+            self.set_property(ref, CHANGE_DATA_FEED, "true")
+            log.info("%s: change data feed turned on", ref)
+        self._feeding.add(ref)
 
     def found_tables(self) -> list[str]:
         """The source tables with a Delta table in a local ``path`` (none in catalog
@@ -218,10 +238,16 @@ class DeltaTables:
     # -- writing -------------------------------------------------------------------------
 
     def create(self, ref: str, schema: pa.Schema) -> None:
-        self.writer.create(ref, schema)
+        feeds = self.change_data_feed and ref not in self._history_refs
+        self.writer.create(ref, schema, {CHANGE_DATA_FEED: "true"} if feeds else None)
         self._changed(ref)
+        if feeds:
+            self._feeding.add(ref)
 
     def write(self, ref: str, rows: pa.Table, mode: str, mark: Mark | None) -> None:
+        if self.change_data_feed and not self.exists(ref):
+            self.create(ref, rows.schema)
+        self._with_feed(ref)
         self.writer.write(ref, rows, mode, mark.commit() if mark is not None else None)
         self._changed(ref)
 
@@ -236,6 +262,7 @@ class DeltaTables:
         adds: bool = True,
     ) -> None:
         commit = mark.commit()
+        self._with_feed(ref)
         try:
             in_place = getattr(self.writer, "merge_in_place", None)
             # The deletion-vector MERGE fills moved rows itself, from the rows it retires;
@@ -397,6 +424,7 @@ class DeltaSink(LakehouseSink):
         history: str | None = None,
         history_tables: Iterable[str] | None = None,
         deletes: str = "hard",
+        change_data_feed: bool = False,
     ) -> None:
         tables = DeltaTables(
             path,
@@ -417,6 +445,7 @@ class DeltaSink(LakehouseSink):
             history=history,
             history_tables=history_tables,
             deletes=deletes,
+            change_data_feed=change_data_feed,
         )
         self.path = tables.path
         self.storage_options = tables.storage_options

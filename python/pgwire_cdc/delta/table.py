@@ -164,6 +164,9 @@ _HISTORY_PAGE = 32
 #: The table property that gives a new table the ``deletionVectors`` feature.
 DELETION_VECTORS = {"delta.enableDeletionVectors": "true"}
 
+#: The table property that keeps a table's change data feed (``table_changes``).
+CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
+
 
 def _recorded_progress(table: Any) -> Any:
     """The progress recorded by the newest commit that records one, however many commits

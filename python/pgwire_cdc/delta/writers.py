@@ -51,8 +51,11 @@ class Writer(Protocol):
     #: The name :class:`DeltaSink <pgwire_cdc.delta.DeltaSink>` knows it by (``WRITERS``).
     name: str
 
-    def create(self, path: str, schema: pa.Schema) -> None:
-        """Creates an empty table of ``schema`` at ``path``."""
+    def create(
+        self, path: str, schema: pa.Schema, properties: Mapping[str, str] | None = None
+    ) -> None:
+        """Creates an empty table of ``schema`` at ``path`` (with the table
+        ``properties`` besides the writer's own)."""
         ...
 
     def add_columns(self, path: str, fields: list[pa.Field]) -> None:
@@ -120,15 +123,21 @@ class DeltaRsWriter:
             custom_metadata={"userMetadata": meta} if meta else None,
         )
 
-    def create(self, path: str, schema: pa.Schema) -> None:
+    def create(
+        self, path: str, schema: pa.Schema, properties: Mapping[str, str] | None = None
+    ) -> None:
         from deltalake import write_deltalake
 
         self._in_place.pop(path, None)
+        configuration = {
+            **(DELETION_VECTORS if self._with_deletion_vectors(path) else {}),
+            **(properties or {}),
+        }
         write_deltalake(
             path,
             schema.empty_table(),
             mode="append",
-            configuration=DELETION_VECTORS if self._with_deletion_vectors(path) else None,
+            configuration=configuration or None,
             storage_options=self.storage_options,
         )
 
@@ -307,13 +316,17 @@ class SparkWriter:
             return path
         return f"delta.{quote_name(spark_path(path))}"
 
-    def create(self, path: str, schema: pa.Schema) -> None:
+    def create(
+        self, path: str, schema: pa.Schema, properties: Mapping[str, str] | None = None
+    ) -> None:
         writer = (
             self._frame(schema.empty_table())
             .write.format("delta")
             .mode("append")
             .option("delta.enableDeletionVectors", "true")
         )
+        for key, value in (properties or {}).items():
+            writer = writer.option(key, value)
         if any(set(name) & set(" ,;{}()\n\t=") for name in schema.names):
             # Delta Spark takes such column names only with column mapping.
             writer = writer.option("delta.columnMapping.mode", "name")

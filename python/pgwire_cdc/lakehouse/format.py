@@ -93,6 +93,11 @@ class TableFormat(Protocol):
     #: (Iceberg reserves ``_deleted`` for a metadata column of its own).
     deleted_column: str
 
+    #: Whether the tables the format creates from now on (history tables aside) keep a
+    #: change data feed: each commit's changes as rows a reader of the format returns
+    #: with their kind (insert, update pre- and post-image, delete). Set by the sink.
+    change_data_feed: bool
+
     def history_ref(self, name: str) -> str:
         """The reference of the source table ``name``'s history table
         (:mod:`~pgwire_cdc.lakehouse.history`), which :meth:`found_tables` never lists."""

@@ -112,6 +112,7 @@ class MemoryTables:
         return name
 
     deleted_column = "_deleted"
+    change_data_feed = False
 
     def history_ref(self, name: str) -> str:
         return f"{HISTORY_PREFIX}{name}"

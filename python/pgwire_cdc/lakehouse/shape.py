@@ -46,6 +46,13 @@ def times_as_strings(table: pa.Table) -> pa.Table:
     return table.cast(schema)
 
 
+#: The column a table with a key and a change data feed holds besides the source's: the
+#: commit LSN of the source transaction that wrote the row as it stands (a snapshot's row:
+#: the snapshot's consistent point; a row a repair wrote: the LSN it was compared at), so
+#: that every change its feed returns carries it.
+CHANGE_FEED_COLUMN = "_commit_lsn"
+
+
 def data_columns(table: pa.Table) -> list[str]:
     return [c for c in table.column_names if c not in METADATA_COLUMNS]
 

@@ -73,7 +73,7 @@ from .identity import Server, refusal
 from .points import POINTS, POINTS_SCHEMA, is_points, point_rows
 from .positions import NO_PROGRESS, Mark, Source, marks, snapshot_position, txn_id, unapplied
 from .reshape import DROPPED_PROPERTY, column_ops
-from .shape import data_columns, lake_shape, plain_schema
+from .shape import CHANGE_FEED_COLUMN, data_columns, lake_shape, plain_schema
 from .stats import ApplyStats
 
 if TYPE_CHECKING:
@@ -193,6 +193,7 @@ class LakehouseSink:
         history: str | None = None,
         history_tables: Iterable[str] | None = None,
         deletes: str = "hard",
+        change_data_feed: bool = False,
     ) -> None:
         history_mod.check_mode(history)
         if deletes not in ("hard", "soft"):
@@ -202,6 +203,11 @@ class LakehouseSink:
         #: deletes its rows all the same (they have no identity to keep).
         self.deletes = deletes
         self.format = format
+        #: Tables written with a change data feed (:data:`CHANGE_FEED_COLUMN` among the
+        #: columns of tables with a key; the format turns the feed on for the tables it
+        #: creates: :attr:`~pgwire_cdc.lakehouse.format.TableFormat.change_data_feed`).
+        self.change_data_feed = change_data_feed
+        format.change_data_feed = change_data_feed
         self.as_of_every = as_of_every
         self.keep_dropped_columns = keep_dropped_columns
         #: ``"scd2"``: history tables too (:mod:`~pgwire_cdc.lakehouse.history`), for the
@@ -315,10 +321,11 @@ class LakehouseSink:
             not options.snapshot
             or self.history is not None
             or self.deletes == "soft"
+            or self.change_data_feed
             or options.column_policies
         ):
-            # The history tables, the soft-delete columns and the column policies take
-            # the snapshot's rows from its batches.
+            # The history tables, the soft-delete columns, the change feed's commit LSN
+            # and the column policies take the snapshot's rows from its batches.
             return None
         copy = self.format.copier(dsn, options)
         if copy is None:
@@ -463,7 +470,7 @@ class LakehouseSink:
             self._snapshot_history(name, changes, first=name not in self._snapshot_written)
         if self.deletes == "soft" and key_columns(changes) is not None:
             changes = _live(changes, self.format.deleted_column)
-        rows = lake_shape(changes).select(data_columns(changes))
+        rows = lake_shape(changes).select(self._lake_columns(changes))
         stats.inserted += rows.num_rows
         if name in self._snapshot_written:
             self.format.write(ref, rows, "append", None)
@@ -629,9 +636,8 @@ class LakehouseSink:
         if soft:
             changes = _live(changes, self.format.deleted_column)
         if not self.format.exists(ref):
-            self.format.create(ref, changes.select(data_columns(changes)).schema)
-        changes = self._fit(name, ref, changes, keyed=keys is not None)
-        columns = data_columns(changes)
+            self.format.create(ref, changes.select(self._lake_columns(changes)).schema)
+        changes, columns = self._fit(name, ref, changes, keyed=keys is not None)
         if keys is None:
             base = self.format.read(ref, columns)
             base = base.select(columns).cast(pa.schema([changes.schema.field(c) for c in columns]))
@@ -679,21 +685,37 @@ class LakehouseSink:
         removed = pa.concat_tables(extra, promote_options="permissive")
         return pa.concat_tables([live, _as_removed(removed, changes, reduced, keys, flag)])
 
-    def _fit(self, name: str, ref: str, changes: pa.Table, *, keyed: bool) -> pa.Table:
+    def _fit(
+        self, name: str, ref: str, changes: pa.Table, *, keyed: bool
+    ) -> tuple[pa.Table, list[str]]:
         """Evolves the table to the changes' columns, and the changes to the table's: a
         column the table holds that the changes lack is added to them null and named in
         every row's ``_unchanged``, so the table keeps its values (as for an unchanged
         TOAST value). A keyless table drops such columns instead: its rows are matched
-        whole."""
-        columns = data_columns(changes)
+        whole. The changes, and the columns of them the table takes (with the commit LSN
+        where the table holds a change feed's: :data:`CHANGE_FEED_COLUMN`, kept current
+        by a run without ``change_data_feed`` too)."""
+        columns = self._lake_columns(changes)
         held = self.format.evolve(ref, name, changes.select(columns).schema, drop=not keyed)
+        if keyed and CHANGE_FEED_COLUMN in held.names and CHANGE_FEED_COLUMN not in columns:
+            columns.append(CHANGE_FEED_COLUMN)
         missing = [f for f in plain_schema(held) if f.name not in columns]
         for f in missing:
             changes = changes.append_column(f, pa.nulls(changes.num_rows, f.type))
         changes = mark_unchanged(changes, [f.name for f in missing])
+        columns += [f.name for f in missing]
         # In the table's column order: a writer may take the changes' columns by position.
-        order = held.names if set(held.names) == set(data_columns(changes)) else None
-        return changes.select([*(order or data_columns(changes)), *METADATA_COLUMNS])
+        order = held.names if set(held.names) == set(columns) else columns
+        rest = [c for c in METADATA_COLUMNS if c not in order]
+        return changes.select([*order, *rest]), order
+
+    def _lake_columns(self, changes: pa.Table) -> list[str]:
+        """The columns of a change table the table holds: its data columns, and with a
+        change data feed and a key the commit LSN (:data:`CHANGE_FEED_COLUMN`)."""
+        columns = data_columns(changes)
+        if self.change_data_feed and key_columns(changes) is not None:
+            columns.append(CHANGE_FEED_COLUMN)
+        return columns
 
     def _record_shape(self, name: str, shape: dict[str, Any]) -> None:
         """Records the description the table's columns follow now, when it is another
@@ -999,7 +1021,8 @@ def _as_removed(
             out[name] = picked[name].cast(field.type)
         elif name == deleted:
             out[name] = pa.array([True] * n, field.type)
-        elif name == "_deleted_lsn":
+        elif name in ("_deleted_lsn", CHANGE_FEED_COLUMN):
+            # The removal wrote the row as it now stands.
             out[name] = picked["_at"].cast(field.type)
         elif name == "_delete":
             out[name] = pa.array([False] * n)

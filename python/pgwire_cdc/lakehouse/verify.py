@@ -52,7 +52,7 @@ from ..tables import METADATA_COLUMNS, key_columns, parse_segment_key, table_of,
 from .format import TableFormat, TablePosition
 from .identity import identify
 from .positions import Mark, snapshot_position, txn_id
-from .shape import data_columns, lake_shape, plain_schema
+from .shape import CHANGE_FEED_COLUMN, data_columns, lake_shape, plain_schema
 
 if TYPE_CHECKING:
     from ..streaming import Batch
@@ -182,7 +182,7 @@ def verify(
             lake: dict[str, tuple[TablePosition | None, pa.Table | None]] = {}
             for table in sorted(snapshot):
                 pinned = format.pinned(format.ref(table))
-                lake[table] = _live_rows(*pinned, format.deleted_column)
+                lake[table] = _source_columns(*_live_rows(*pinned, format.deleted_column))
             row = conn.execute(
                 "SELECT pg_logical_emit_message(true, %s, '')::text", (MESSAGE_PREFIX,)
             ).fetchone()
@@ -238,7 +238,7 @@ def _recover(
     report = VerifyReport(cp, {})
     for table in sorted(snapshot):
         ref = format.ref(table)
-        held, rows = format.pinned(ref)
+        held, rows = _source_columns(*_live_rows(*format.pinned(ref), format.deleted_column))
         source, keys = _source_at(snapshot[table], [], None, 0)
         found = compare(table, source, rows, keys)
         found.lsn = cp
@@ -287,6 +287,17 @@ def _live_rows(
     live = rows.filter(pc.invert(pc.fill_null(rows[deleted], False)))
     marks = [c for c in (deleted, "_deleted_lsn") if c in live.column_names]
     return position, live.drop_columns(marks)
+
+
+def _source_columns(
+    position: TablePosition | None, rows: pa.Table | None
+) -> tuple[TablePosition | None, pa.Table | None]:
+    """A table's rows without the column a change data feed adds
+    (:data:`~pgwire_cdc.lakehouse.sink.CHANGE_FEED_COLUMN`): the source has no such
+    column."""
+    if rows is None or CHANGE_FEED_COLUMN not in rows.column_names:
+        return position, rows
+    return position, rows.drop_columns([CHANGE_FEED_COLUMN])
 
 
 def _line(t: TableReport) -> str:
@@ -597,16 +608,19 @@ def _repair(
         return False
     rows = source.take(pa.array(upsert, pa.int64()))
     gone = _as_types(lake.select(columns), source.schema).take(pa.array(delete, pa.int64()))
-    changes = _change_table(template, pa.concat_tables([rows, gone]), len(rows))
+    changes = _change_table(template, pa.concat_tables([rows, gone]), len(rows), mark.lsn)
+    if CHANGE_FEED_COLUMN in format.schema(ref).names:
+        # A repaired row is the source's row as of the LSN the table was compared at.
+        columns = [*columns, CHANGE_FEED_COLUMN]
     stream, _ = _native.reduce_changes(unsliced(changes), columns, keys)
     format.merge(ref, table_of(stream), keys, False, mark, adds=True)
     found.upserted, found.deleted = len(rows), len(gone)
     return True
 
 
-def _change_table(template: pa.Table, rows: pa.Table, upserts: int) -> pa.Table:
+def _change_table(template: pa.Table, rows: pa.Table, upserts: int, lsn: int = 0) -> pa.Table:
     """``rows`` as a change table of ``template``'s schema: the first ``upserts`` inserts,
-    the rest deletes (by their key columns)."""
+    the rest deletes (by their key columns), committed at ``lsn``."""
     n = rows.num_rows
     arrays = []
     for f in template.schema:
@@ -616,7 +630,7 @@ def _change_table(template: pa.Table, rows: pa.Table, upserts: int) -> pa.Table:
             kinds = ["insert"] * upserts + ["delete"] * (n - upserts)
             arrays.append(pa.array(kinds, f.type))
         elif f.name in ("_commit_lsn", "_lsn"):
-            arrays.append(pa.array([0] * n, f.type))
+            arrays.append(pa.array([lsn] * n, f.type))
         elif f.name == "_tx_ordinal":
             arrays.append(pa.array(range(n), f.type))
         elif f.name == "_unchanged":

@@ -15,6 +15,7 @@
 //! holding a changed row).
 //!
 //! * [`retire`]: which rows of a file a batch retires (pure);
+//! * [`change_feed`]: the change data feed rows of a MERGE (pure);
 //! * [`compaction`]: which files a compaction rewrites (pure);
 //! * [`index`]: each data file's keys, sorted, kept between MERGEs (pure);
 //! * [`rows`]: the rows a batch writes, unchanged TOAST taken from the retired rows
@@ -22,6 +23,7 @@
 //! * `table` (feature `delta`): the reads, writes and the commit, through the deltalake
 //!   crate's transaction machinery.
 
+pub mod change_feed;
 pub mod compaction;
 pub mod index;
 pub mod retire;

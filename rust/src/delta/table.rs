@@ -40,8 +40,8 @@ use deltalake_core::kernel::transaction::{
     CommitBuilder, CommitProperties, TableReference, TransactionError,
 };
 use deltalake_core::kernel::{
-    Action, DeletionVectorDescriptor, EagerSnapshot, LogicalFileView, Metadata, Protocol,
-    StorageType, Transaction,
+    Action, AddCDCFile, DeletionVectorDescriptor, EagerSnapshot, LogicalFileView, Metadata,
+    Protocol, StorageType, Transaction,
 };
 use deltalake_core::protocol::{DeltaOperation, MergePredicate};
 use deltalake_core::table::state::DeltaTableState;
@@ -56,9 +56,12 @@ use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
     reason = "parquet's own object-store reader; a hand-written AsyncFileReader would only repeat it"
 )]
 use parquet::arrow::async_reader::ParquetObjectReader;
-use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
+use parquet::arrow::{ArrowWriter, ParquetRecordBatchStreamBuilder, ProjectionMask};
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
 use roaring::RoaringTreemap;
 
+use super::change_feed::change_rows;
 use super::compaction::{FileFacts, Policy};
 use super::index::{FileKeys, KeyIndex};
 use super::retire::{Retired, SourceKeys};
@@ -322,7 +325,21 @@ impl DvTable {
                 row_of: &retained.1,
             },
         )?;
-        let mut actions = self.write_rows(&parts.names, rows, &mut stats).await?;
+        let schema = RecordBatchWriter::for_table(&self.table)?.arrow_schema();
+        let written = in_schema(&schema, &parts.names, &rows)?;
+        let mut actions = self.write_rows(&written, &mut stats).await?;
+        if self
+            .table
+            .snapshot()?
+            .table_config()
+            .enable_change_data_feed
+            == Some(true)
+        {
+            actions.extend(
+                self.write_changes(&schema, &parts, &touched, &written)
+                    .await?,
+            );
+        }
         let (dv_actions, vectors) = self.write_deletion_vectors(&touched, &mut stats).await?;
         actions.extend(dv_actions);
         stats.write_ms = ms(started);
@@ -536,32 +553,96 @@ impl DvTable {
         Ok((columns, row_of))
     }
 
-    /// Writes the new rows as data files of the table; their `add` actions.
+    /// Writes the new rows (in the table's columns) as data files of the table; their
+    /// `add` actions.
     async fn write_rows(
         &self,
-        names: &[String],
-        rows: Vec<ArrayRef>,
+        rows: &RecordBatch,
         stats: &mut MergeStats,
     ) -> Result<Vec<Action>, DvError> {
-        let count = rows.first().map_or(0, Array::len);
-        if count == 0 {
+        if rows.num_rows() == 0 {
             return Ok(Vec::new());
         }
         let mut writer = RecordBatchWriter::for_table(&self.table)?;
-        let schema: SchemaRef = writer.arrow_schema();
-        let by_name: HashMap<&str, &ArrayRef> =
-            names.iter().map(String::as_str).zip(rows.iter()).collect();
-        let columns = schema
-            .fields()
-            .iter()
-            .map(|f| match by_name.get(f.name().as_str()) {
-                Some(c) => cast(c, f.data_type()),
-                None => Ok(new_null_array(f.data_type(), count)),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        writer.write(RecordBatch::try_new(schema, columns)?).await?;
-        stats.written = count as u64;
+        writer.write(rows.clone()).await?;
+        stats.written = rows.num_rows() as u64;
         Ok(writer.flush().await?.into_iter().map(Action::Add).collect())
+    }
+
+    /// For a table with a change data feed: the MERGE's changes ([`super::change_feed`])
+    /// written as one change data file under `_change_data/`; its `cdc` action (none when
+    /// the MERGE changed no row). The retired rows are read whole for their pre-images.
+    async fn write_changes(
+        &self,
+        schema: &SchemaRef,
+        parts: &Source,
+        touched: &[Touched],
+        written: &RecordBatch,
+    ) -> Result<Vec<Action>, DvError> {
+        let store = self.table.object_store();
+        let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+        let mut retired = Vec::with_capacity(touched.len());
+        let mut retired_source = Vec::new();
+        for t in touched {
+            let mut rows: Vec<(u64, u32)> = t
+                .retired
+                .iter()
+                .map(|r| (r.position, r.source_row))
+                .collect();
+            rows.sort_unstable();
+            let positions: Vec<u64> = rows.iter().map(|r| r.0).collect();
+            let batch = read_rows(&store, &t.view, &names, &positions).await?;
+            let columns: Vec<ArrayRef> = names
+                .iter()
+                .map(|n| batch.column_by_name(n).cloned())
+                .zip(schema.fields())
+                .map(|(c, f)| match c {
+                    Some(c) => cast(&c, f.data_type()),
+                    None => Ok(new_null_array(f.data_type(), batch.num_rows())),
+                })
+                .collect::<Result<_, _>>()?;
+            retired.push(RecordBatch::try_new(schema.clone(), columns)?);
+            retired_source.extend(rows.iter().map(|r| r.1));
+        }
+        let retired = concat_batches(schema, &retired)?;
+        let meta = parts.meta();
+        let written_source: Vec<u32> = (0..meta.delete.len())
+            .filter(|&r| meta.is_upsert(r))
+            .map(|r| r as u32)
+            .collect();
+        let Some(changes) = change_rows(
+            schema,
+            &retired,
+            &retired_source,
+            written,
+            &written_source,
+            |r| !meta.is_upsert(r as usize),
+        )?
+        else {
+            return Ok(Vec::new());
+        };
+        let properties = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .build();
+        let mut bytes = Vec::new();
+        {
+            let mut writer = ArrowWriter::try_new(&mut bytes, changes.schema(), Some(properties))?;
+            writer.write(&changes)?;
+            writer.close()?;
+        }
+        let path = format!(
+            "_change_data/cdc-00000-{}.c000.snappy.parquet",
+            uuid::Uuid::new_v4()
+        );
+        let size = bytes.len() as i64;
+        store.put(&Path::from(path.as_str()), bytes.into()).await?;
+        Ok(vec![Action::Cdc(AddCDCFile {
+            path,
+            size,
+            partition_values: HashMap::new(),
+            data_change: false,
+            tags: None,
+        })])
     }
 
     /// Writes the touched files' new deletion vectors into one file; the `remove` and
@@ -745,8 +826,9 @@ impl DvTable {
 
 /// The writer features a commit of this writer keeps: those the deltalake crate commits
 /// to without DataFusion, and `invariants` when the schema defines none.
-const KEPT_WRITER_FEATURES: [TableFeature; 6] = [
+const KEPT_WRITER_FEATURES: [TableFeature; 7] = [
     TableFeature::AppendOnly,
+    TableFeature::ChangeDataFeed,
     TableFeature::DeletionVectors,
     TableFeature::TimestampWithoutTimezone,
     TableFeature::V2Checkpoint,
@@ -761,13 +843,19 @@ fn defines_invariants(state: &DeltaTableState) -> Result<bool, DvError> {
     Ok(schema.contains("delta.invariants"))
 }
 
+/// The writer features the crate's protocol check is not shown ([`Checked`]).
+const HIDDEN_FROM_CHECK: [&str; 2] = ["invariants", "changeDataFeed"];
+
 /// The table as the deltalake crate's protocol check sees it at commit time. Delta Spark
 /// and delta-rs list the `invariants` writer feature on every table with table features
 /// (a version 2 writer's implied feature), and the crate, built without DataFusion,
 /// refuses to commit to such a table because it cannot evaluate invariant expressions.
 /// A schema that defines none ([`DvTable::unsupported`] checks) leaves nothing to
 /// evaluate, so the check is shown the protocol without it; the commit itself, its
-/// conflict checks and the new snapshot use the table's own protocol.
+/// conflict checks and the new snapshot use the table's own protocol. Likewise the
+/// `changeDataFeed` feature, which the crate refuses without DataFusion (it writes change
+/// data files from DataFusion plans): this writer writes its own
+/// ([`DvTable::write_changes`]).
 struct Checked<'a> {
     state: &'a DeltaTableState,
     protocol: Protocol,
@@ -781,7 +869,7 @@ impl<'a> Checked<'a> {
             .get_mut("writerFeatures")
             .and_then(serde_json::Value::as_array_mut)
         {
-            features.retain(|f| f.as_str() != Some("invariants"));
+            features.retain(|f| !HIDDEN_FROM_CHECK.contains(&f.as_str().unwrap_or_default()));
         }
         let protocol = serde_json::from_value(raw)
             .map_err(|e| DvError::Schema(format!("the table's protocol: {e}")))?;
@@ -876,6 +964,35 @@ impl Source {
             unchanged: &self.unchanged,
         }
     }
+}
+
+/// `columns` (named `names`) as a batch of the table's columns `schema`: each cast to
+/// the table's type, a column they lack null.
+fn in_schema(
+    schema: &SchemaRef,
+    names: &[String],
+    columns: &[ArrayRef],
+) -> Result<RecordBatch, DvError> {
+    let count = columns.first().map_or(0, Array::len);
+    let by_name: HashMap<&str, &ArrayRef> = names
+        .iter()
+        .map(String::as_str)
+        .zip(columns.iter())
+        .collect();
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| match by_name.get(f.name().as_str()) {
+            Some(c) => cast(c, f.data_type()),
+            None => Ok(new_null_array(f.data_type(), count)),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let options = arrow_array::RecordBatchOptions::new().with_row_count(Some(count));
+    Ok(RecordBatch::try_new_with_options(
+        schema.clone(),
+        columns,
+        &options,
+    )?)
 }
 
 fn ms(since: Instant) -> f64 {
