@@ -396,3 +396,115 @@ def test_history_and_soft_deletes(db: Database, lake: Lake) -> None:
 
 def rows_of_dicts(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return sorted((tuple(norm(v) for v in row.values()) for row in rows), key=repr)
+
+
+def test_change_feed_read_by_the_changelog_view(db: Database, lake: Lake) -> None:
+    """``change_data_feed=True``: the table is copy-on-write (Iceberg's changelog scan
+    refuses delete files) and holds ``_commit_lsn``; ``create_changelog_view`` over its
+    snapshots gives each batch's net changes per key — inserts, updates as pre- and
+    post-images (one with an unchanged TOAST value, one that changes no value but the
+    commit LSN), deletes, a key change as a delete and an insert — each row carrying the
+    commit LSN of the source transaction that wrote it. A history table keeps the default
+    properties."""
+    from pgwire_cdc import lsn_to_int
+
+    conn = db.conn
+    conn.execute("CREATE TABLE t (id int PRIMARY KEY, name text, doc text)")
+    conn.execute("ALTER TABLE t ALTER COLUMN doc SET STORAGE EXTERNAL")  # TOASTed as is
+    conn.execute("CREATE PUBLICATION pub FOR TABLE t")
+    conn.execute(
+        "INSERT INTO t SELECT g, 'n' || g, repeat('d' || g, 1500) FROM generate_series(1, 3) g"
+    )
+
+    def wal() -> int:
+        row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        assert row is not None
+        return lsn_to_int(row[0])
+
+    # Per label, the WAL window that holds the commit LSN of its transaction.
+    windows: dict[str, tuple[int, int]] = {}
+
+    def commit(label: str, *statements: str) -> None:
+        with conn.transaction():
+            for statement in statements:
+                conn.execute(statement)
+            before = wal()
+        windows[label] = (before, wal())
+
+    def run() -> None:
+        lake.run(change_data_feed=True, until_lsn=current_lsn(db))
+
+    before = wal()
+    run()  # the initial snapshot (through the batches: their rows carry _commit_lsn)
+    windows["snapshot"] = (before, wal())
+    commit("A", "INSERT INTO t VALUES (4, 'n4', repeat('d4', 1500)), (5, 'n5', 'short')")
+    run()
+    commit(
+        "B",
+        "UPDATE t SET name = 'renamed' WHERE id = 1",  # doc: unchanged TOAST
+        "UPDATE t SET name = name WHERE id = 5",  # no value changes, but _commit_lsn
+    )
+    run()
+    commit("C", "DELETE FROM t WHERE id = 2")
+    run()
+    commit("D", "UPDATE t SET id = 30 WHERE id = 3")  # a key change, doc unchanged
+    run()
+    # Two transactions in one batch: one snapshot, the net change per key.
+    commit("E1", "UPDATE t SET name = 'x' WHERE id = 4", "INSERT INTO t VALUES (6, 'n6', 'e')")
+    commit("E2", "UPDATE t SET name = 'y' WHERE id = 4", "DELETE FROM t WHERE id = 6")
+    run()
+
+    ref = lake.ref("public.t")
+    props = dict(lake.spark.sql(f"SHOW TBLPROPERTIES {ref}").collect())  # type: ignore[arg-type]
+    assert props["format-version"] == "3"
+    assert {props[f"write.{op}.mode"] for op in ("merge", "update", "delete")} == {"copy-on-write"}
+    source = conn.execute("SELECT id, name, doc FROM t").fetchall()
+    assert sorted(lake.spark.table(ref).drop("_commit_lsn").collect()) == sorted(source)
+
+    def label(lsn: int | None) -> str:
+        if lsn is None:
+            return "NULL"
+        (found,) = [k for k, (lo, hi) in windows.items() if lo <= lsn <= hi]
+        return found
+
+    def doc(i: int) -> str:
+        return f"d{i}:3000"
+
+    lake.spark.sql(
+        f"CALL {ICEBERG_CATALOG}.system.create_changelog_view(table => '{ref}', "
+        "changelog_view => 't_changes', identifier_columns => array('id'), "
+        "compute_updates => true)"
+    ).collect()
+    changes = lake.spark.sql(
+        "SELECT _change_ordinal AS o, _change_type AS type, id, name, _commit_lsn, "
+        "substr(doc, 1, 2) || ':' || length(doc) AS doc FROM t_changes"
+    ).collect()
+    got = sorted((r.o, r.type, r.id, r.name, r.doc, label(r._commit_lsn)) for r in changes)
+    # Snapshots of the sink that change no row (positions recorded) have no changes.
+    ordinals = sorted({o for o, *_ in got})
+    assert len(ordinals) == 6, got
+    s, a, b, c, d, e = ordinals
+    want = sorted(
+        [
+            *((s, "INSERT", i, f"n{i}", doc(i), "snapshot") for i in (1, 2, 3)),
+            (a, "INSERT", 4, "n4", doc(4), "A"),
+            (a, "INSERT", 5, "n5", "sh:5", "A"),
+            (b, "UPDATE_BEFORE", 1, "n1", doc(1), "snapshot"),
+            (b, "UPDATE_AFTER", 1, "renamed", doc(1), "B"),
+            (b, "UPDATE_BEFORE", 5, "n5", "sh:5", "A"),
+            (b, "UPDATE_AFTER", 5, "n5", "sh:5", "B"),
+            (c, "DELETE", 2, "n2", doc(2), "snapshot"),
+            (d, "DELETE", 3, "n3", doc(3), "snapshot"),
+            (d, "INSERT", 30, "n3", doc(3), "D"),
+            (e, "UPDATE_BEFORE", 4, "n4", doc(4), "A"),
+            (e, "UPDATE_AFTER", 4, "y", doc(4), "E2"),
+        ]
+    )
+    assert got == want, "\n".join(map(str, got))
+    # A history table (history="scd2") keeps merge-on-read, change feed or not.
+    tables = iceberg.IcebergTables(lake.spark, ICEBERG_CATALOG, lake.namespace)
+    tables.change_data_feed = True
+    history = tables.history_ref("public.t")
+    tables.create(history, lake.spark.table(ref).limit(0).toArrow().schema)
+    props = dict(lake.spark.sql(f"SHOW TBLPROPERTIES {history}").collect())  # type: ignore[arg-type]
+    assert props["write.merge.mode"] == "merge-on-read"

@@ -4,10 +4,13 @@ One Iceberg table per published table, ``catalog.namespace.<schema>_<table>`` in
 the Spark session's catalogs (:func:`catalog_conf`; :func:`local_catalog_conf` for a
 JDBC catalog on one SQLite file that pyiceberg opens too), holding the source's published
 columns under their own names, typed as :func:`pgwire_cdc.spark.spark_type` types them
-(``time`` as strings; Iceberg keeps ``smallint`` as ``int``). The sink adds no column of
-its own. Tables it creates are merge-on-read, format v3 (:data:`DEFAULT_PROPERTIES`): a
-MERGE writes deletion vectors for the rows it changes instead of rewriting data files;
-:func:`maintain` compacts.
+(``time`` as strings; Iceberg keeps ``smallint`` as ``int``). Without options, the sink
+adds no column of its own. Tables it creates are merge-on-read, format v3
+(:data:`DEFAULT_PROPERTIES`): a MERGE writes deletion vectors for the rows it changes
+instead of rewriting data files; :func:`maintain` compacts. With
+``change_data_feed=True`` (:func:`run`) tables with a key hold ``_commit_lsn`` too and the
+tables created are copy-on-write (:data:`CHANGE_FEED_PROPERTIES`), for Iceberg's
+changelog view over their snapshots (docs/iceberg.md, "Change feed").
 
 Applying one batch, per table
 -----------------------------
@@ -66,10 +69,11 @@ from __future__ import annotations
 from ..lakehouse.stats import ApplyStats
 from .api import apply, maintain, merge_changes, read, run, table_sql_name, verify
 from .catalog import catalog_conf, local_catalog, local_catalog_conf, local_catalog_properties
-from .sink import DEFAULT_PROPERTIES, IcebergSink, IcebergTables
+from .sink import CHANGE_FEED_PROPERTIES, DEFAULT_PROPERTIES, IcebergSink, IcebergTables
 from .table import LSN_KEY, PARTIAL_KEY, PROGRESS_KEY, Position, position, read_table, table_ref
 
 __all__ = [
+    "CHANGE_FEED_PROPERTIES",
     "DEFAULT_PROPERTIES",
     "LSN_KEY",
     "PARTIAL_KEY",

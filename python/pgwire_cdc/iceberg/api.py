@@ -46,6 +46,7 @@ def run(
     history: str | None = None,
     history_tables: Iterable[str] | None = None,
     deletes: str = "hard",
+    change_data_feed: bool = False,
     **stream_options: Any,
 ) -> ApplyStats:
     """Keeps one Iceberg table per published table in ``catalog.namespace`` (a catalog
@@ -60,7 +61,11 @@ def run(
     renamed ``<column>__dropped_<LSN>``, its values kept. ``history="scd2"``: each table
     (of ``history_tables``, None: all) also gets a history table ``<table>_history`` (one
     row per version of each source row: docs/history.md). ``deletes="soft"``: a deleted
-    row stays, ``_deleted`` true and ``_deleted_lsn`` the commit LSN that removed it."""
+    row stays, ``_deleted`` true and ``_deleted_lsn`` the commit LSN that removed it.
+    ``change_data_feed=True``: tables with a key get ``_commit_lsn`` (the commit LSN of
+    the source transaction that wrote the row as it stands) and the tables created are
+    copy-on-write, so that Iceberg's ``create_changelog_view`` reads each batch's changes
+    from their snapshots (docs/iceberg.md, "Change feed")."""
     sink = IcebergSink(
         spark,
         catalog,
@@ -73,6 +78,7 @@ def run(
         history=history,
         history_tables=history_tables,
         deletes=deletes,
+        change_data_feed=change_data_feed,
     )
     options = StreamOptions(
         publication=publication,

@@ -61,6 +61,17 @@ DEFAULT_PROPERTIES = {
     "write.delete.mode": "merge-on-read",
 }
 
+#: Table properties a table with a change data feed gets over :data:`DEFAULT_PROPERTIES`
+#: (and under the user's): copy-on-write, since Iceberg's changelog scan (the Spark
+#: procedure ``create_changelog_view``) refuses snapshots whose data files carry delete
+#: files ("Delete files are currently not supported in changelog scans"), deletion
+#: vectors included. Format v3 stays.
+CHANGE_FEED_PROPERTIES = {
+    "write.merge.mode": "copy-on-write",
+    "write.update.mode": "copy-on-write",
+    "write.delete.mode": "copy-on-write",
+}
+
 NEEDS_SPARK = (
     "the Iceberg sink needs a SparkSession with Iceberg: pass "
     "spark=pgwire_cdc.spark.session(iceberg=True, **iceberg.local_catalog_conf(...)), or "
@@ -94,6 +105,15 @@ class IcebergTables:
         self.namespace = namespace
         self.table_name = table_name or default_table_name
         self.properties = {**DEFAULT_PROPERTIES, **(properties or {})}
+        #: The properties of the tables created with a change data feed.
+        self.change_feed_properties = {
+            **DEFAULT_PROPERTIES,
+            **CHANGE_FEED_PROPERTIES,
+            **(properties or {}),
+        }
+        # The history tables' references handed out: made without the change feed's
+        # properties (a history table is the history already; it stays merge-on-read).
+        self._history_refs: set[str] = set()
         self._view = 0
         # Table references known to exist (found or created): only refreshed, not looked
         # up in the catalog's listings again.
@@ -107,13 +127,16 @@ class IcebergTables:
 
     #: Iceberg reserves ``_deleted`` (the metadata column of rows a delete file removes).
     deleted_column = "_is_deleted"
+    change_data_feed = False
 
     def history_ref(self, name: str) -> str:
         """``<table>_history`` beside the table."""
         table_name = self.table_name
-        return table_ref(
+        ref = table_ref(
             self.catalog, self.namespace, name, lambda source: table_name(source) + "_history"
         )
+        self._history_refs.add(ref)
+        return ref
 
     def where(self) -> str:
         return f"in {self.catalog}.{self.namespace}"
@@ -195,11 +218,15 @@ class IcebergTables:
         return self.spark.createDataFrame(table, schema=spark_schema(table.schema))
 
     def create(self, ref: str, schema: pa.Schema) -> None:
-        """Creates the empty table ``ref`` of ``schema`` (and its namespace)."""
+        """Creates the empty table ``ref`` of ``schema`` (and its namespace), with
+        :attr:`properties`, or with a change data feed (:attr:`change_data_feed`, a
+        history table aside) :attr:`change_feed_properties`."""
         namespace = ref.rsplit(".", 1)[0]
         self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
         writer = self._frame(schema.empty_table()).writeTo(ref).using("iceberg")
-        for key, value in self.properties.items():
+        feed = self.change_data_feed and ref not in self._history_refs
+        properties = self.change_feed_properties if feed else self.properties
+        for key, value in properties.items():
             writer = writer.tableProperty(key, value)
         writer.create()
         self._existing.add(ref)
@@ -415,7 +442,15 @@ class IcebergSink(LakehouseSink):
     """The Iceberg tables of one stream in ``catalog.namespace`` of ``spark``'s catalogs,
     one per source table, named by ``table_name`` (default: ``schema_table`` in lower
     case, see :func:`~pgwire_cdc.iceberg.table.table_ref`); tables it creates get
-    ``properties`` over :data:`DEFAULT_PROPERTIES`."""
+    ``properties`` over :data:`DEFAULT_PROPERTIES`.
+
+    ``change_data_feed=True``: tables with a key get the column ``_commit_lsn`` (the commit
+    LSN of the source transaction that wrote the row as it stands), and the tables it
+    creates (history tables aside) are copy-on-write (:data:`CHANGE_FEED_PROPERTIES`
+    between the defaults and ``properties``), so that Iceberg's changelog view over their
+    snapshots (``CALL <catalog>.system.create_changelog_view(...)``: docs/iceberg.md,
+    "Change feed") reads each batch's inserts, updates (pre- and post-images) and
+    deletes."""
 
     format: IcebergTables
 
@@ -433,6 +468,7 @@ class IcebergSink(LakehouseSink):
         history: str | None = None,
         history_tables: Iterable[str] | None = None,
         deletes: str = "hard",
+        change_data_feed: bool = False,
     ) -> None:
         tables = IcebergTables(
             spark, catalog, namespace, table_name=table_name, properties=properties
@@ -445,6 +481,7 @@ class IcebergSink(LakehouseSink):
             history=history,
             history_tables=history_tables,
             deletes=deletes,
+            change_data_feed=change_data_feed,
         )
         self.spark = tables.spark
         self.catalog = catalog
