@@ -115,10 +115,15 @@ class TableCopies:
                 after = list(holding[t.qualified])
                 self.start(t, after or None)
 
-    def start(self, table: catalog.TableInfo, after: Sequence[Any] | None = None) -> None:
-        """Starts (or starts again) the incremental copy of ``table`` after key ``after``;
-        the slot's copy state records it at once. ConfigError for a keyless table, and on
-        a standby."""
+    def start(
+        self,
+        table: catalog.TableInfo,
+        after: Sequence[Any] | None = None,
+        where: str | None = None,
+    ) -> None:
+        """Starts (or starts again) the incremental copy of ``table`` after key ``after``
+        (of the rows the SQL condition ``where`` holds for); the slot's copy state records
+        it at once. ConfigError for a keyless table, and on a standby."""
         if self.in_recovery:
             raise ConfigError(
                 f"{table.qualified} would be read while streaming (an incremental snapshot),"
@@ -126,7 +131,7 @@ class TableCopies:
                 " primary to read it, or pass held_tables naming it if the consumer holds"
                 " its rows"
             )
-        self.snapshots.add(table, after)
+        self.snapshots.add(table, after, where)
         self.known.add(table.qualified)
         if self.snapshot:
             # snapshot=False streams changes only: no copy state kept in the WAL.
@@ -188,14 +193,19 @@ class TableCopies:
     ) -> None:
         """Durable signals read from the WAL (:mod:`pgwire_cdc.signals`): a
         ``resnapshot`` reads its published tables again while the stream goes on."""
-        wanted = {t for s in signals if s.kind == "resnapshot" for t in s.tables}
+        wanted = {t: s.where for s in signals if s.kind == "resnapshot" for t in s.tables}
         found = set()
         for t in catalog.tables_of_publications(conn, self.publications):
             if t.qualified in wanted:
-                log.info("%s is read again (a resnapshot signal)", t.qualified)
-                self.start(t)
+                where = wanted[t.qualified]
+                log.info(
+                    "%s is read again (a resnapshot signal%s)",
+                    t.qualified,
+                    ", the rows of a condition" if where else "",
+                )
+                self.start(t, where=where)
                 found.add(t.qualified)
-        for name in sorted(wanted - found):
+        for name in sorted(set(wanted) - found):
             log.warning("a resnapshot signal names %s, which the publication lacks", name)
 
     def schema_changed(

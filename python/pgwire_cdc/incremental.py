@@ -102,6 +102,12 @@ class Chunk:
     #: The key of the last row read (the next chunk starts after it); None when this chunk
     #: reached the end of the table.
     last_key: tuple[Any, ...] | None
+    #: The key the chunk starts after (None: the table's start).
+    after: tuple[Any, ...] | None = None
+    #: With a row filter (``where``): the keys of every row the source holds from
+    #: ``after`` to ``last_key``, filtered or not, under the chunk's snapshot; None when the
+    #: chunk's rows are all of them.
+    range_keys: pa.Table | None = None
 
     @property
     def position(self) -> int:
@@ -121,18 +127,27 @@ def key_columns(table: TableInfo) -> list[str]:
     return keys
 
 
+def _key_bound(table: TableInfo, keys: list[str], values: Sequence[Any]) -> sql.Composable:
+    by_name = {c.name: c for c in table.columns}
+    return sql.SQL(", ").join(
+        sql.SQL("{}::{}").format(sql.Literal(value), sql.SQL(by_name[k].type_name))
+        for k, value in zip(keys, values, strict=True)
+    )
+
+
 def chunk_query(
     table: TableInfo,
     after: Sequence[Any] | None,
     limit: int,
     conn: psycopg.Connection[Any] | None = None,
     only: Sequence[Sequence[Any]] | None = None,
+    where: str | None = None,
 ) -> str:
     """``COPY (SELECT <published columns> FROM ONLY t WHERE <row filter> AND (k1, k2) >
     (after) ORDER BY k1, k2 LIMIT n) TO STDOUT (FORMAT BINARY)``: the next chunk; with
-    ``only``, the rows of those keys instead (``(k1, k2) IN (...)``)."""
+    ``only``, the rows of those keys instead (``(k1, k2) IN (...)``); ``where``: only the
+    rows this SQL condition holds for."""
     keys = key_columns(table)
-    by_name = {c.name: c for c in table.columns}
     selected = sql.SQL(", ").join(
         sql.Identifier(c.name)
         if _native.binary_decodable(c.base_type_oid)
@@ -143,24 +158,17 @@ def chunk_query(
     conditions: list[sql.Composable] = []
     if table.row_filter:
         conditions.append(sql.SQL("({})").format(sql.SQL(table.row_filter)))
+    if where:
+        conditions.append(sql.SQL("({})").format(sql.SQL(where)))
     if after is not None:
-        bound = sql.SQL(", ").join(
-            sql.SQL("{}::{}").format(sql.Literal(value), sql.SQL(by_name[k].type_name))
-            for k, value in zip(keys, after, strict=True)
-        )
+        bound = _key_bound(table, keys, after)
         conditions.append(sql.SQL("({}) > ({})").format(key_list, bound))
     if only is not None:
         listed = sql.SQL(", ").join(
-            sql.SQL("({})").format(
-                sql.SQL(", ").join(
-                    sql.SQL("{}::{}").format(sql.Literal(value), sql.SQL(by_name[k].type_name))
-                    for k, value in zip(keys, key, strict=True)
-                )
-            )
-            for key in only
+            sql.SQL("({})").format(_key_bound(table, keys, key)) for key in only
         )
         conditions.append(sql.SQL("({}) IN ({})").format(key_list, listed))
-    where = (
+    filtered = (
         sql.SQL(" WHERE {}").format(sql.SQL(" AND ").join(conditions))
         if conditions
         else sql.SQL("")
@@ -169,8 +177,48 @@ def chunk_query(
     source = sql.SQL("ONLY {}").format(relation) if table.relkind == "r" else relation
     query = sql.SQL(
         "COPY (SELECT {} FROM {}{} ORDER BY {} LIMIT {}) TO STDOUT (FORMAT BINARY)"
-    ).format(selected, source, where, key_list, sql.Literal(int(limit)))
+    ).format(selected, source, filtered, key_list, sql.Literal(int(limit)))
     return query.as_string(conn)
+
+
+def range_keys_query(
+    table: TableInfo,
+    after: Sequence[Any] | None,
+    upto: Sequence[Any] | None,
+    conn: psycopg.Connection[Any] | None = None,
+) -> str:
+    """``SELECT k1, k2 FROM ONLY t WHERE <row filter> AND (k1, k2) > (after) AND (k1, k2)
+    <= (upto)``: the keys of every published row after ``after`` up to ``upto`` (None: no
+    bound)."""
+    keys = key_columns(table)
+    key_list = sql.SQL(", ").join(sql.Identifier(k) for k in keys)
+    conditions: list[sql.Composable] = [sql.SQL("true")]
+    if table.row_filter:
+        conditions.append(sql.SQL("({})").format(sql.SQL(table.row_filter)))
+    if after is not None:
+        conditions.append(sql.SQL("({}) > ({})").format(key_list, _key_bound(table, keys, after)))
+    if upto is not None:
+        conditions.append(sql.SQL("({}) <= ({})").format(key_list, _key_bound(table, keys, upto)))
+    relation = sql.Identifier(table.schema, table.name)
+    source = sql.SQL("ONLY {}").format(relation) if table.relkind == "r" else relation
+    query = sql.SQL("SELECT {} FROM {} WHERE {}").format(
+        key_list, source, sql.SQL(" AND ").join(conditions)
+    )
+    return query.as_string(conn)
+
+
+def check_where(conn: psycopg.Connection[Any], schema: str, name: str, where: str) -> None:
+    """Raises ConfigError unless ``where`` is one SQL condition on the rows of the table
+    ``schema.name`` (run as one prepared statement, which a second statement cannot ride
+    along with)."""
+    relation = sql.Identifier(schema, name)
+    query = sql.SQL("SELECT 1 FROM ONLY {} WHERE ({}) LIMIT 0").format(relation, sql.SQL(where))
+    try:
+        with conn.transaction():
+            conn.execute(query, prepare=True)
+    except psycopg.Error as e:
+        problem = e.diag.message_primary or type(e).__name__
+        raise ConfigError(f"--where is no condition on {schema}.{name}'s rows: {problem}") from e
 
 
 def _watermark(conn: psycopg.Connection[Any], kind: str, table: str, chunk: int) -> int:
@@ -189,12 +237,13 @@ def read_chunk(
     limit: int,
     number: int = 0,
     only: Sequence[Sequence[Any]] | None = None,
+    where: str | None = None,
 ) -> Chunk:
     """The chunk of at most ``limit`` rows after key ``after`` (None: from the start), or
     the rows of the keys ``only``, by the steps of the module docs, on ``conn``
-    (autocommit, not in a transaction)."""
+    (autocommit, not in a transaction); ``where``: of the rows this condition holds for."""
     keys = key_columns(table)
-    query = chunk_query(table, after, limit, conn, only)
+    query = chunk_query(table, after, limit, conn, only, where)
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
@@ -206,16 +255,33 @@ def read_chunk(
             for data in copy:
                 chunks.append(bytes(data))
         high = _watermark(conn, "high", table.qualified, number)
-    decoder = _native.CopyDecoder(
-        table.oid, table.schema, table.name, table.replica_identity, table.descriptions(), high - 1
-    )
-    decoder.feed_many(chunks)
-    rows = table_of(decoder.finish())
-    last_key: tuple[Any, ...] | None = None
-    if only is None and rows.num_rows == limit and limit > 0:
-        last = rows.slice(rows.num_rows - 1, 1).select(keys).to_pylist()[0]
-        last_key = tuple(last[k] for k in keys)
-    return Chunk(table.qualified, rows, visibility, low, high, last_key)
+        decoder = _native.CopyDecoder(
+            table.oid,
+            table.schema,
+            table.name,
+            table.replica_identity,
+            table.descriptions(),
+            high - 1,
+        )
+        decoder.feed_many(chunks)
+        rows = table_of(decoder.finish())
+        last_key: tuple[Any, ...] | None = None
+        if only is None and rows.num_rows == limit and limit > 0:
+            last = rows.slice(rows.num_rows - 1, 1).select(keys).to_pylist()[0]
+            last_key = tuple(last[k] for k in keys)
+        in_range = None
+        if where and only is None:
+            # Still under the chunk's snapshot (REPEATABLE READ): every row of the range,
+            # filtered or not, so that the consumer tells the rows the source lacks.
+            found = conn.execute(range_keys_query(table, after, last_key, conn)).fetchall()
+            in_range = pa.table(
+                {
+                    k: pa.array([r[i] for r in found], rows.schema.field(k).type)
+                    for i, k in enumerate(keys)
+                }
+            )
+    start = tuple(after) if after is not None and only is None else None
+    return Chunk(table.qualified, rows, visibility, low, high, last_key, start, in_range)
 
 
 def _unseen_keys(chunk: Chunk, keys: list[str], changes: pa.Table) -> tuple[pa.Table, bool]:
@@ -246,25 +312,33 @@ def _unseen_keys(chunk: Chunk, keys: list[str], changes: pa.Table) -> tuple[pa.T
     return found.filter(mask), truncated
 
 
-def reconcile(chunk: Chunk, keys: list[str], changes: Iterable[pa.Table]) -> pa.Table:
-    """The chunk's rows to deliver: all but those whose key a transaction the chunk's
-    snapshot does not see, committed before the high watermark, touched (module docs).
-    ``changes`` are the table's change tables the stream delivered around the chunk (every
-    change committed before the high watermark since the chunk's snapshot; more do no
-    harm)."""
-    tables = [t for t in changes if t.num_rows]
-    if not tables or chunk.rows.num_rows == 0:
-        return chunk.rows
-    conflicts = []
-    for changed in tables:
+def unseen_keys(chunk: Chunk, keys: list[str], changes: Iterable[pa.Table]) -> pa.Table | None:
+    """The keys that transactions the chunk's snapshot does not see, committed before
+    its high watermark, touched, in ``changes`` (the table's change tables the stream
+    delivered around the chunk: every change committed before the high watermark since
+    the chunk's snapshot; more do no harm); None when such a transaction truncated the
+    table."""
+    schema = chunk.rows.select(keys).schema
+    conflicts = [schema.empty_table()]
+    for changed in (t for t in changes if t.num_rows):
         found, truncated = _unseen_keys(chunk, keys, changed)
         if truncated:
-            return chunk.rows.slice(0, 0)
-        if found.num_rows:
-            conflicts.append(found)
-    if not conflicts:
+            return None
+        conflicts.append(found.select(keys).cast(schema))
+    return pa.concat_tables(conflicts)
+
+
+def reconcile(chunk: Chunk, keys: list[str], changes: Iterable[pa.Table]) -> pa.Table:
+    """The chunk's rows to deliver: all but those whose key a transaction the chunk's
+    snapshot does not see, committed before the high watermark, touched (module docs;
+    ``changes`` as :func:`unseen_keys` takes them)."""
+    if chunk.rows.num_rows == 0:
         return chunk.rows
-    unseen = pa.concat_tables([c.cast(conflicts[0].schema) for c in conflicts])
+    unseen = unseen_keys(chunk, keys, changes)
+    if unseen is None:
+        return chunk.rows.slice(0, 0)
+    if unseen.num_rows == 0:
+        return chunk.rows
     indexed = chunk.rows.select(keys).append_column(
         "_row", pa.array(range(chunk.rows.num_rows), pa.int64())
     )
@@ -273,8 +347,34 @@ def reconcile(chunk: Chunk, keys: list[str], changes: Iterable[pa.Table]) -> pa.
     return chunk.rows.take(pc.take(kept["_row"], order))
 
 
+def copy_range(chunk: Chunk, keys: list[str], changes: Iterable[pa.Table]) -> CopyRange | None:
+    """The key range ``chunk`` read whole; None when a transaction it did not see
+    truncated the table (the consumer's rows of the range are then not known to it)."""
+    unseen = unseen_keys(chunk, keys, changes)
+    if unseen is None:
+        return None
+    held = chunk.range_keys if chunk.range_keys is not None else chunk.rows.select(keys)
+    keep = pa.concat_tables([held.select(keys).cast(unseen.schema), unseen])
+    return CopyRange(chunk.after, chunk.last_key, keep, chunk.position)
+
+
 def _keys_of(rows: pa.Table, keys: list[str]) -> list[tuple[Any, ...]]:
     return [tuple(r[k] for k in keys) for r in rows.select(keys).to_pylist()]
+
+
+@dataclass(frozen=True)
+class CopyRange:
+    """A key range a chunk read whole (``Batch.snapshot_ranges``): the source held, as of
+    ``lsn`` (the chunk's rows' place), no row with a key after ``after`` (None: from the
+    table's start) up to ``upto`` (None: to its end) but those of ``keep`` — a consumer's
+    rows of other keys in that range are rows the source no longer has, to be deleted at
+    ``lsn``. ``keep`` also holds the keys of transactions the chunk did not see (their
+    changes come through the stream)."""
+
+    after: tuple[Any, ...] | None
+    upto: tuple[Any, ...] | None
+    keep: pa.Table
+    lsn: int
 
 
 @dataclass
@@ -291,6 +391,8 @@ class _Job:
     rows: int = 0
     estimate: int = 0
     read_all: bool = False
+    #: Only the rows this SQL condition holds for (None: every row).
+    where: str | None = None
 
 
 class Snapshots:
@@ -324,21 +426,25 @@ class Snapshots:
         """The high watermark the pending chunk waits for."""
         return self.pending[1].high if self.pending is not None else None
 
-    def add(self, table: TableInfo, after: Sequence[Any] | None = None) -> None:
-        """Snapshot ``table`` (again), after key ``after`` (None: from the start)."""
+    def add(
+        self, table: TableInfo, after: Sequence[Any] | None = None, where: str | None = None
+    ) -> None:
+        """Snapshot ``table`` (again), after key ``after`` (None: from the start); with
+        ``where``, the rows this SQL condition holds for."""
         keys = key_columns(table)
         row = self.conn.execute(
             "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = %s", (table.oid,)
         ).fetchone()
-        job = _Job(table, keys, tuple(after) if after is not None else None, [])
+        job = _Job(table, keys, tuple(after) if after is not None else None, [], where=where)
         job.estimate = int(row[0]) if row else 0
         if self.pending is not None and self.pending[0].table.qualified == table.qualified:
             self.pending = None  # read again from the new starting point
         self.jobs[table.qualified] = job
         self.announce[table.qualified] = list(job.after or ())
         log.info(
-            "incremental snapshot of %s%s: about %d rows, %d per chunk",
+            "incremental snapshot of %s%s%s: about %d rows, %d per chunk",
             table.qualified,
+            " (rows of a condition)" if where else "",
             f" from after key {list(job.after)}" if job.after is not None else "",
             job.estimate,
             self.chunk_rows,
@@ -367,14 +473,19 @@ class Snapshots:
             job.retry = rest
             self.pending = (job, chunk, True)
         else:
-            chunk = read_chunk(self.conn, job.table, job.after, self.chunk_rows, job.chunks)
+            chunk = read_chunk(
+                self.conn, job.table, job.after, self.chunk_rows, job.chunks, where=job.where
+            )
             self.pending = (job, chunk, False)
         self.window = []
 
     def step(
         self, tables: dict[str, pa.Table], lsn: int
-    ) -> tuple[dict[str, pa.Table], dict[str, list[Any] | None]]:
+    ) -> tuple[dict[str, pa.Table], dict[str, list[Any] | None], dict[str, list[CopyRange]]]:
+        """The chunk rows to add to the batch at ``lsn``, the progress to report with it,
+        and the key ranges the chunk read whole (:class:`CopyRange`)."""
         rows: dict[str, pa.Table] = {}
+        ranges: dict[str, list[CopyRange]] = {}
         progress, self.announce = self.announce, {}
         if self.pending is not None:
             job, chunk, retry = self.pending
@@ -383,7 +494,12 @@ class Snapshots:
                 self.window.append(changed)
             if lsn >= chunk.high:
                 self.pending = None
-                delivered = reconcile(chunk, job.keys, [*self.recent, *self.window])
+                around = [*self.recent, *self.window]
+                delivered = reconcile(chunk, job.keys, around)
+                if not retry:
+                    found = copy_range(chunk, job.keys, around)
+                    if found is not None:
+                        ranges[job.table.qualified] = [found]
                 self.recent, self.window = self.window, []
                 rows[job.table.qualified] = delivered
                 if delivered.num_rows < chunk.rows.num_rows:
@@ -408,4 +524,4 @@ class Snapshots:
                             job.rows,
                             job.estimate,
                         )
-        return rows, progress
+        return rows, progress, ranges

@@ -19,9 +19,12 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from . import admin
 from .connection import connect
+from .errors import ConfigError
+from .incremental import check_where
 
 log = logging.getLogger("pgwire_cdc")
 
@@ -34,6 +37,8 @@ class Signal:
     kind: str
     tables: tuple[str, ...]
     slot: str | None = None
+    #: A resnapshot's SQL condition: only the rows it holds for are read again.
+    where: str | None = None
 
     def for_slot(self, slot: str) -> bool:
         return self.slot is None or self.slot == slot
@@ -46,28 +51,44 @@ def parse(content: bytes) -> Signal | None:
         kind = data["signal"]
         tables = tuple(str(t) for t in data.get("tables", ()))
         slot = data.get("slot")
+        where = data.get("where")
     except (ValueError, KeyError, TypeError, AttributeError):
         log.warning("ignored a malformed signal message")
         return None
     if kind not in KINDS:
         log.warning("ignored a %r signal: this version knows %s", kind, ", ".join(KINDS))
         return None
-    return Signal(kind, tables, slot if isinstance(slot, str) else None)
+    return Signal(
+        kind,
+        tables,
+        slot if isinstance(slot, str) else None,
+        where if isinstance(where, str) and where.strip() else None,
+    )
 
 
 def send(
-    dsn: str, kind: str, tables: Sequence[admin.TableSpec], slot: str | None = None
+    dsn: str,
+    kind: str,
+    tables: Sequence[admin.TableSpec],
+    slot: str | None = None,
+    where: str | None = None,
 ) -> list[str]:
     """Writes the signal ``kind`` for ``tables`` into the WAL (see the module
-    documentation); the tables it names."""
+    documentation); the tables it names. ``where``: a resnapshot reads only the rows
+    this SQL condition holds for (checked against each table first)."""
     if kind not in KINDS:
-        from .errors import ConfigError
-
         raise ConfigError(f"no signal {kind!r}; one of {', '.join(KINDS)}")
     conn = connect(dsn)
     try:
-        names = [r.qualified for r in admin.resolve_tables(conn, tables)]
-        content = json.dumps({"signal": kind, "tables": names, "slot": slot})
+        found = admin.resolve_tables(conn, tables)
+        names = [r.qualified for r in found]
+        if where:
+            for relation in found:
+                check_where(conn, relation.schema, relation.name, where)
+        message: dict[str, Any] = {"signal": kind, "tables": names, "slot": slot}
+        if where:
+            message["where"] = where
+        content = json.dumps(message)
         conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (PREFIX, content))
         log.info("signal %s for %s written to the WAL", kind, ", ".join(names))
         return names

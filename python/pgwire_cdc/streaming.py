@@ -69,6 +69,7 @@ from . import (
 )
 from .connection import SetupConnection, connect
 from .errors import ConfigError, ConnectionError, SlotError
+from .incremental import CopyRange
 from .lsn import int_to_lsn, lsn_to_int
 from .schema_changes import SchemaChange
 from .tables import merge_segments, table_of
@@ -124,6 +125,11 @@ class Batch:
     #: of them have. A consumer keeps it with the batch and passes what it holds back as
     #: ``held_tables`` when it starts again.
     snapshot_progress: dict[str, list[Any] | None] = field(default_factory=dict)
+    #: Per table whose incremental snapshot handed out a chunk in this batch, the key
+    #: range the chunk read whole (:class:`pgwire_cdc.incremental.CopyRange`): a
+    #: consumer's rows of that range whose key the range does not keep are rows the
+    #: source no longer has (a resnapshot of a copy that drifted deletes them).
+    snapshot_ranges: dict[str, list[CopyRange]] = field(default_factory=dict)
     #: The DDL captured in the WAL (:mod:`pgwire_cdc.ddl_capture`) among this batch's
     #: changes, in WAL order, each at its place among the rows (``commit_lsn``,
     #: ``tx_ordinal``): see :mod:`pgwire_cdc.schema_changes`.
@@ -705,7 +711,7 @@ class _Stream:
             if table_copies.catch_up_due(stop, lsn):
                 setup.run(table_copies.catch_up)
             setup.run(partial(table_copies.watch, tables=tables))
-            rows, progress = snapshots.step(tables, loop.passed(lsn, stop, waiting))
+            rows, progress, ranges = snapshots.step(tables, loop.passed(lsn, stop, waiting))
             for name, table in rows.items():
                 tables[name] = _in_commit_order(tables.get(name), table)
             if loop.is_batch(bool(tables or progress or ddl), stop, lsn):
@@ -720,6 +726,7 @@ class _Stream:
                     tables=tables,
                     lsn=lsn,
                     snapshot_progress=progress,
+                    snapshot_ranges=ranges,
                     schema_changes=ddl,
                     timeline=self._timeline(),
                     table_shapes=self._table_shapes(),

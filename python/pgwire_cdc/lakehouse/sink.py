@@ -68,6 +68,7 @@ from ..tables import (
     without_columns,
 )
 from . import history as history_mod
+from . import vanished
 from .format import TableFormat, TablePosition
 from .identity import Server, refusal
 from .points import POINTS, POINTS_SCHEMA, is_points, point_rows
@@ -77,6 +78,7 @@ from .shape import CHANGE_FEED_COLUMN, data_columns, lake_shape, plain_schema
 from .stats import ApplyStats
 
 if TYPE_CHECKING:
+    from ..incremental import CopyRange
     from ..schema_changes import SchemaChange
     from ..streaming import Batch, StreamOptions
 
@@ -373,7 +375,10 @@ class LakehouseSink:
             self._positions = {}
             self._versions = {}
             self._progress = {name: None for name in self._snapshot_written}
-        groups = segments(batch.tables)
+        tables = batch.tables
+        if batch.snapshot_ranges and not batch.snapshot:
+            tables = self._with_vanished(batch.tables, batch.snapshot_ranges)
+        groups = segments(tables)
         ddl = ddl_steps(batch.schema_changes)
         for name in [*groups, *(n for n in ddl if n not in groups)]:
             parts = groups.get(name, [])
@@ -716,6 +721,50 @@ class LakehouseSink:
         if self.change_data_feed and key_columns(changes) is not None:
             columns.append(CHANGE_FEED_COLUMN)
         return columns
+
+    def _with_vanished(
+        self, tables: Mapping[str, pa.Table], ranges: Mapping[str, list[CopyRange]]
+    ) -> dict[str, pa.Table]:
+        """The batch's change tables with a ``delete`` for each row of a table that a
+        chunk of its re-copy shows the source no longer has (:mod:`~pgwire_cdc.
+        lakehouse.vanished`), at the chunk's place; a range the table holds already (the
+        batch delivered again) is left alone."""
+        out = dict(tables)
+        for name, found in ranges.items():
+            changes = tables.get(name)
+            keys = key_columns(changes) if changes is not None else None
+            ref = self._ref(name)
+            if changes is None or keys is None or not self.format.exists(ref):
+                continue
+            at = (self._position(ref) or TablePosition(None)).lsn
+            todo = [r for r in found if at is None or r.lsn > at]
+            if not todo:
+                continue
+            if not vanished.rangeable(changes.schema, keys):
+                log.info(
+                    "%s: its key does not order alike in PostgreSQL and here: rows the source "
+                    "no longer has stay (verify --repair finds them)",
+                    name,
+                )
+                continue
+            flag = self.format.deleted_column
+            soft = self.deletes == "soft" and flag in self.format.schema(ref).names
+            held = self.format.read(ref, [*keys, flag] if soft else keys)
+            if soft:
+                held = held.filter(pc.invert(pc.fill_null(held[flag], False)))
+            held = held.select(keys).cast(changes.select(keys).schema)
+            gone_rows = 0
+            for r in todo:
+                inside = held.filter(vanished.in_range(held, keys, r.after, r.upto))
+                gone = inside.join(r.keep.cast(inside.schema), keys, join_type="left anti")
+                if gone.num_rows:
+                    deletes = vanished.delete_rows(changes, gone, r.lsn)
+                    changes = vanished.with_deletes(changes, deletes, r.lsn)
+                    gone_rows += gone.num_rows
+            if gone_rows:
+                out[name] = changes
+                log.info("%s: %d rows the source no longer has are deleted", name, gone_rows)
+        return out
 
     def _record_shape(self, name: str, shape: dict[str, Any]) -> None:
         """Records the description the table's columns follow now, when it is another
