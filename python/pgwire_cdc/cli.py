@@ -13,13 +13,14 @@ says what to do); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -525,12 +526,10 @@ def _run_pipeline(args: argparse.Namespace, declared: Any) -> int:
     if kind == "delta":
         from . import delta
 
-        spark = None
-        if sink.get("writer") == "spark":
-            from .spark import session
-
-            spark = session("pgwire_cdc-pipeline", delta=True, iceberg=False)
-        try:
+        with contextlib.ExitStack() as stack:
+            spark = None
+            if sink.get("writer") == "spark":
+                spark = stack.enter_context(_pipeline_spark(delta=True))
             stats = delta.run(
                 source["dsn"],
                 sink.get("path"),
@@ -544,18 +543,14 @@ def _run_pipeline(args: argparse.Namespace, declared: Any) -> int:
                 **lake,
                 **options,
             )
-        finally:
-            if spark is not None:
-                spark.stop()
         counts = {"changes": stats.changes, "commits": stats.commits}
     elif kind == "iceberg":
         from . import iceberg
-        from .spark import session
 
         warehouse = sink.get("warehouse")
         conf = iceberg.local_catalog_conf(sink["catalog"], warehouse) if warehouse else {}
-        spark = session("pgwire_cdc-pipeline", delta=False, iceberg=True, **conf)
-        try:
+        with _pipeline_spark(iceberg=True, conf=conf) as spark:
+            _check_catalog(spark, sink["catalog"])
             stats = iceberg.run(
                 source["dsn"],
                 sink["catalog"],
@@ -565,8 +560,6 @@ def _run_pipeline(args: argparse.Namespace, declared: Any) -> int:
                 **lake,
                 **options,
             )
-        finally:
-            spark.stop()
         counts = {"changes": stats.changes, "commits": stats.commits}
     else:
         parquet = ParquetSink(_writable_dir(sink["path"]))
@@ -582,6 +575,45 @@ def _run_pipeline(args: argparse.Namespace, declared: Any) -> int:
     summary["seconds"] = round(time.monotonic() - started, 3)
     print(json.dumps(summary) if args.json else " ".join(f"{k}={v}" for k, v in summary.items()))
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _pipeline_spark(
+    delta: bool = False, iceberg: bool = False, conf: dict[str, str] | None = None
+) -> Iterator[Any]:
+    """``run``'s Spark session: the job's when this process is a Spark job's driver
+    (spark-submit's master, jars and settings: docs/pipelines.md, "As a Spark job"), else
+    a local one; stopped at the end unless it was active before the run."""
+    from pyspark.sql import SparkSession
+
+    from .spark import in_spark_job, job_session, session
+
+    before = SparkSession.getActiveSession()
+    if in_spark_job():
+        spark = job_session("pgwire_cdc-pipeline", delta=delta, iceberg=iceberg, **(conf or {}))
+        log.info(
+            "writing through the Spark job's session (master %s)", spark.conf.get("spark.master")
+        )
+    else:
+        spark = session("pgwire_cdc-pipeline", delta=delta, iceberg=iceberg, **(conf or {}))
+    try:
+        yield spark
+    finally:
+        if spark is not before:
+            spark.stop()
+
+
+def _check_catalog(spark: Any, catalog: str) -> None:
+    """An Iceberg sink's catalog is the file's local one (``warehouse``) or the session's."""
+    from .errors import ConfigError
+
+    if not spark.conf.get(f"spark.sql.catalog.{catalog}", ""):
+        raise ConfigError(
+            f"the Spark session has no catalog {catalog!r}: set [sink] warehouse for a local "
+            f"one, or give the job one: --conf spark.sql.catalog.{catalog}="
+            f"org.apache.iceberg.spark.SparkCatalog and its --conf "
+            f"spark.sql.catalog.{catalog}.type=... (docs/iceberg.md)"
+        )
 
 
 def cmd_stream(args: argparse.Namespace) -> int:

@@ -58,7 +58,7 @@ KEYS: dict[str, dict[str, tuple[tuple[type, ...], str, bool]]] = {
     "sink": {
         "kind": ((str,), "delta, iceberg or parquet", True),
         "path": ((str,), "the directory or object-store URI (delta, parquet)", False),
-        "writer": ((str,), "delta-rs or spark (delta)", False),
+        "writer": ((str,), "delta-rs or spark (delta); spark (iceberg: the only one)", False),
         "catalog": ((str,), "the Spark catalog (iceberg; delta in catalog mode)", False),
         "namespace": ((str,), "the catalog namespace (iceberg) or schema (delta)", False),
         "warehouse": ((str,), "a local Iceberg catalog's directory (iceberg)", False),
@@ -82,6 +82,8 @@ KEYS: dict[str, dict[str, tuple[tuple[type, ...], str, bool]]] = {
     },
 }
 SINKS = ("delta", "iceberg", "parquet")
+#: Per sink kind, the writers it takes: Iceberg tables are written through Spark only.
+WRITERS = {"delta": ("delta-rs", "spark"), "iceberg": ("spark",), "parquet": ()}
 TABLE_KEYS = ("columns", "strict")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -139,6 +141,10 @@ def load(path: str | os.PathLike[str]) -> Pipeline:
         raise lines.error(
             ("sink", "kind"), f"sink kind {sink['kind']!r}: one of {', '.join(SINKS)}"
         )
+    writers = WRITERS[sink["kind"]]
+    if sink.get("writer", writers[0] if writers else None) not in writers:
+        takes = " or ".join(writers) if writers else "no writer (pyarrow writes the files)"
+        raise lines.error(("sink", "writer"), f"sink writer: the {sink['kind']} sink takes {takes}")
     if sink["kind"] in ("delta", "parquet") and "path" not in sink and "namespace" not in sink:
         raise lines.error(("sink",), f"a {sink['kind']} sink needs path")
     if sink["kind"] == "iceberg" and ("catalog" not in sink or "namespace" not in sink):
@@ -274,6 +280,7 @@ def json_schema() -> dict[str, Any]:
             "required": [k for k, (_, _, required) in keys.items() if required],
         }
     sections["sink"]["properties"]["kind"]["enum"] = list(SINKS)
+    sections["sink"]["properties"]["writer"]["enum"] = ["delta-rs", "spark"]
     policy = {
         "oneOf": [
             {"type": "string", "enum": ["drop", "null", "redact", "hash", "hmac", "keep"]},

@@ -86,6 +86,12 @@ MALFORMED = [
         7,
         "no key 'key'",
     ),
+    (
+        '[source]\ndsn = "x"\n[sink]\nkind = "iceberg"\ncatalog = "c"\nnamespace = "n"\n'
+        'writer = "delta-rs"\n',
+        7,
+        "the iceberg sink takes spark",
+    ),
 ]
 
 

@@ -30,6 +30,7 @@ CODEGEN_CACHE = "spark.sql.codegen.cache.maxEntries"
 CODEGEN_CACHE_ENTRIES = "1000"
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 ICEBERG_EXTENSION = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 
 
@@ -140,9 +141,7 @@ def session(
         jars += found
         packages += [] if found else [DELTA_SPARK_PACKAGE]
         extensions.append(DELTA_EXTENSION)
-        builder = builder.config(
-            "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-        )
+        builder = builder.config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
     if iceberg:
         found = iceberg_jars()
         jars += found
@@ -169,6 +168,145 @@ def session(
         raise
     register(spark)
     return spark
+
+
+#: What spark-submit names the application when no ``--name`` is given: the driver
+#: script's file name (:mod:`pgwire_cdc.spark.submit`).
+_SUBMIT_SCRIPT = "submit.py"
+
+
+def in_spark_job() -> bool:
+    """Whether this process is the driver of a Spark job set up by someone else:
+    spark-submit (or the pyspark shell) started it and hands it its JVM
+    (``$PYSPARK_GATEWAY_PORT``: the master, jars and settings of the command line), or a
+    classic Spark session is active in it already. :func:`job_session` is then its
+    session; :func:`session` would start one of its own, with a master of its own."""
+    import os
+
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        return True
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession() is not None
+
+
+def job_session(
+    app_name: str = "pgwire_cdc", delta: bool = False, iceberg: bool = False, **conf: str
+) -> SparkSession:
+    """The session of the Spark job this process is the driver of (:func:`in_spark_job`):
+    the active session, else one made on the JVM spark-submit started, with the master,
+    jars and settings of its command line (docs/pipelines.md, "As a Spark job").
+
+    A running JVM takes no more jars: with ``delta=True`` (``iceberg=True``) Delta Lake's
+    (Iceberg's) classes come from spark-submit's ``--jars`` or ``--packages``, else a
+    :class:`ConfigError` names them. A session made here gets their SQL extensions
+    (appended to the command line's ``spark.sql.extensions``) and, with ``delta=True``,
+    Delta's catalog as ``spark_catalog`` unless the command line names one; an active
+    session must have them already (static settings: a :class:`ConfigError` names the
+    ``--conf``). What :func:`session` sets besides (UTC, Arrow transfers, the code cache;
+    a local or same-machine master's Python workers running this interpreter and few
+    shuffle partitions) is set where the command line leaves it unset; ``conf`` (an
+    Iceberg catalog's settings, say) over the command line's."""
+    import os
+    import sys
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    wanted = [name for name, on in (("delta", delta), ("iceberg", iceberg)) if on]
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        extensions = active.conf.get("spark.sql.extensions", "") or ""
+        for name in wanted:
+            if _EXTENSIONS[name] not in extensions:
+                raise ConfigError(
+                    f"the Spark session of this job has no {_LAKES[name]}: start the job with "
+                    + _needs(name, jars=False)
+                )
+        for key, value in {**_session_settings(), **conf}.items():
+            active.conf.set(key, value)
+        register(active)
+        return active
+
+    SparkContext._ensure_initialized()  # joins spark-submit's JVM
+    submitted = dict(SparkConf().getAll())
+    for name in wanted:
+        if not _loads(_EXTENSIONS[name]):
+            raise ConfigError(
+                f"this Spark job has no {_LAKES[name]} jars: run spark-submit with "
+                + _needs(name, jars=True)
+            )
+    builder = SparkSession.builder
+    if submitted.get("spark.app.name", _SUBMIT_SCRIPT) == _SUBMIT_SCRIPT:
+        builder = builder.appName(app_name)
+    defaults = {**_session_settings(), CODEGEN_CACHE: CODEGEN_CACHE_ENTRIES}
+    master = submitted.get("spark.master", "")
+    if master.startswith("local") or on_this_machine(master):
+        # As session(): the workers run this interpreter, which imports pgwire_cdc.
+        if "spark.pyspark.python" not in submitted:
+            defaults["spark.pyspark.python"] = os.environ.setdefault(
+                "PYSPARK_PYTHON", sys.executable
+            )
+    if master.startswith("local"):
+        defaults["spark.sql.shuffle.partitions"] = "4"
+        defaults["spark.databricks.delta.snapshotPartitions"] = "2"
+    if delta:
+        defaults["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
+    for key, value in defaults.items():
+        if key not in submitted:
+            builder = builder.config(key, value)
+    listed = [e.strip() for e in submitted.get("spark.sql.extensions", "").split(",")]
+    listed = [e for e in listed if e]
+    listed += [_EXTENSIONS[n] for n in wanted if _EXTENSIONS[n] not in listed]
+    if listed:
+        builder = builder.config("spark.sql.extensions", ",".join(listed))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    register(spark)
+    return spark
+
+
+_LAKES = {"delta": "Delta Lake", "iceberg": "Iceberg"}
+_EXTENSIONS = {"delta": DELTA_EXTENSION, "iceberg": ICEBERG_EXTENSION}
+
+
+def _session_settings() -> dict[str, str]:
+    """The session settings :func:`session` sets and a running session takes."""
+    return {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+
+
+def _needs(name: str, jars: bool) -> str:
+    """The spark-submit options that give a job Delta Lake or Iceberg."""
+    if name == "delta":
+        given = (
+            f"--packages {DELTA_SPARK_PACKAGE} (or --jars with the jars of `pgwire-cdc jars DIR`)"
+        )
+        confs = (
+            f"--conf spark.sql.extensions={DELTA_EXTENSION} "
+            f"--conf spark.sql.catalog.spark_catalog={DELTA_CATALOG}"
+        )
+    else:
+        given = f"--packages {','.join(ICEBERG_JARS)} (or --jars with those jars)"
+        confs = f"--conf spark.sql.extensions={ICEBERG_EXTENSION}"
+    return given if jars else f"{given} and {confs}"
+
+
+def _loads(name: str) -> bool:
+    """Whether the JVM this process joined loads the class ``name`` (the jars of
+    spark-submit's ``--jars`` and ``--packages`` are on its class path)."""
+    from pyspark import SparkContext
+
+    jvm = SparkContext._jvm
+    assert jvm is not None
+    try:
+        jvm.org.apache.spark.util.Utils.classForName(name, False, False)
+    except Exception:  # py4j's error for the JVM's ClassNotFoundException
+        return False
+    return True
 
 
 def on_this_machine(master: str) -> bool:
