@@ -212,9 +212,10 @@ def cmd_resnapshot(args: argparse.Namespace) -> int:
 def cmd_signal(args: argparse.Namespace) -> int:
     from .signals import send
 
-    names = send(args.dsn, args.signal, args.table, slot=args.slot)
+    names = send(args.dsn, args.signal, args.table, slot=args.slot, where=args.where)
     target = f"the stream of slot {args.slot}" if args.slot else "every stream of the database"
-    print(f"signal {args.signal} for {', '.join(names)} written to the WAL, for {target}")
+    tables = f" for {', '.join(names)}" if names else ""
+    print(f"signal {args.signal}{tables} written to the WAL, for {target}")
     return EXIT_OK
 
 
@@ -1098,12 +1099,24 @@ def build_parser() -> argparse.ArgumentParser:
         description="Writes a signal as a transactional logical message (prefix "
         "pgwire_cdc.signal), which every stream of the database reads in WAL order, so a "
         "signal sent while no pipeline runs is carried out by the next run. resnapshot: "
-        "the tables are read again while the stream goes on (their rows upserted).",
+        "the tables are read again while the stream goes on: their rows upserted, and the "
+        "rows the source no longer has deleted (for integer, numeric, date, time and uuid "
+        "keys). pause: the pipelines deliver the changes committed before it, then nothing "
+        "until a resume (a run started meanwhile stays paused); resume: they go on from the "
+        "pause.",
     )
     _dsn_arg(p)
-    p.add_argument("signal", choices=("resnapshot",), help="what to ask")
-    p.add_argument("table", nargs="+", help="schema.table (or a table name the search path finds)")
+    p.add_argument("signal", choices=("resnapshot", "pause", "resume"), help="what to ask")
+    p.add_argument(
+        "table", nargs="*", help="resnapshot: schema.table (or a name the search path finds)"
+    )
     p.add_argument("--slot", help="only the pipeline streaming this slot (default: every one)")
+    p.add_argument(
+        "--where",
+        metavar="SQL",
+        help="resnapshot only the rows this condition holds for (checked against the tables "
+        "now; run by the pipeline's role), e.g. \"updated_at > now() - interval '1 day'\"",
+    )
     p.set_defaults(func=cmd_signal)
 
     p = command(

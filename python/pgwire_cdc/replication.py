@@ -200,6 +200,18 @@ class LiveSession:
         self.connect()
         self.start(self.slot, resume, skip)
 
+    def rewind(self, lsn: int) -> None:
+        """Streams again from ``lsn``, on a new replication connection: what the stream
+        read past it was not handed out (a pause, :mod:`pgwire_cdc.signals`), and the
+        server sends it again from the slot."""
+        assert self.live is not None
+        acked = self.live.acked_lsn
+        self.live.close()
+        self.live = None
+        self.acks.acked(acked)
+        self.connect()
+        self.start(self.stream_slot, lsn)
+
     def reconnect(self, error: ConnectionError) -> None:
         """Re-establishes a lost replication connection, waiting as :attr:`reconnects`
         says before each attempt; streaming resumes after the last batch handed out."""

@@ -9,6 +9,13 @@ while the stream goes on (:mod:`pgwire_cdc.incremental`), as a ``rewrite`` does;
 is announced in the batch that holds the signal, so a consumer keeping tables records it
 before that batch is acked, and a run stopped in between copies them again.
 
+``pause`` and ``resume`` (no tables) stop and restart the delivery of changes, durably
+(:class:`Pauses`): a stream that reads a pause hands out every change committed before it
+and then nothing more, and acks nothing past it, so a run started while paused reads the
+pause again and stays paused; it goes on reading the WAL for a resume, and once one
+committed after the pause comes, it streams again from the pause, the changes it read
+meanwhile delivered then.
+
 (``pgwire_cdc.streaming.resnapshot`` asks a running stream the same by ``NOTIFY``, which a
 stopped one misses.)
 """
@@ -29,7 +36,9 @@ from .incremental import check_where
 log = logging.getLogger("pgwire_cdc")
 
 PREFIX = "pgwire_cdc.signal"
-KINDS = ("resnapshot",)
+KINDS = ("resnapshot", "pause", "resume")
+#: The signals that name tables.
+TABLE_KINDS = ("resnapshot",)
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,11 @@ def send(
     this SQL condition holds for (checked against each table first)."""
     if kind not in KINDS:
         raise ConfigError(f"no signal {kind!r}; one of {', '.join(KINDS)}")
+    if (kind in TABLE_KINDS) != bool(tables):
+        needs = "names the tables to read again" if kind in TABLE_KINDS else "names no tables"
+        raise ConfigError(f"the {kind} signal {needs}")
+    if where and kind not in TABLE_KINDS:
+        raise ConfigError(f"the {kind} signal takes no --where")
     conn = connect(dsn)
     try:
         found = admin.resolve_tables(conn, tables)
@@ -94,3 +108,53 @@ def send(
         return names
     finally:
         conn.close()
+
+
+def in_order(
+    notes: Sequence[tuple[int, bytes, str, tuple[int, int] | None]], slot: str
+) -> list[tuple[int, Signal]]:
+    """The signals for ``slot`` among a poll's notes (``(lsn, content, prefix, place)``),
+    each with the commit LSN of its transaction (a message outside one: its own LSN)."""
+    found = []
+    for lsn, content, prefix, place in notes:
+        if prefix != PREFIX:
+            continue
+        signal = parse(content)
+        if signal is not None and signal.for_slot(slot):
+            found.append((place[0] if place is not None else lsn, signal))
+    return found
+
+
+@dataclass
+class Pauses:
+    """Whether one stream is paused (see the module documentation): the pause it keeps
+    (its commit LSN), and how far pauses were resumed already — a pause read again after
+    the stream went back to it is no new one."""
+
+    paused_at: int | None = None
+    resumed_through: int = 0
+
+    def pause_in(self, signals: Sequence[tuple[int, Signal]]) -> int | None:
+        """The commit LSN of the pause the stream stops at among a poll's ``signals``
+        (:func:`in_order`), None when none: a pause resumed later in the same poll is
+        none."""
+        pause = None
+        for commit, signal in signals:
+            if signal.kind == "pause" and commit > self.resumed_through and pause is None:
+                pause = commit
+            elif signal.kind == "resume" and pause is not None and commit > pause:
+                self.resumed_through = commit
+                pause = None
+        return pause
+
+    def resume_in(self, signals: Sequence[tuple[int, Signal]]) -> bool:
+        """Paused: whether a resume committed after the pause is among ``signals``."""
+        assert self.paused_at is not None
+        return any(s.kind == "resume" and c > self.paused_at for c, s in signals)
+
+    def resumed(self) -> int:
+        """The pause ends; the LSN the stream goes back to (just before it)."""
+        assert self.paused_at is not None
+        at, self.paused_at = self.paused_at, None
+        self.resumed_through = at
+        return at - 1

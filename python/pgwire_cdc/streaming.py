@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 from psycopg import sql
 
 from . import (
@@ -666,12 +667,18 @@ class _Stream:
         loop = pacing.ChangeLoop(
             _parse_lsn(self.o.until_lsn), self.o.idle_timeout, session.live.delivered_lsn
         )
+        pauses = signals.Pauses()
+        lsn_max = 2**64 - 1
         while True:
             live = session.live
             assert live is not None
-            busy = snapshots.active
-            waiting = snapshots.waiting_for
+            busy = snapshots.active and pauses.paused_at is None
+            waiting = snapshots.waiting_for if busy else None
             limits = loop.limits(busy, waiting)
+            confirm = table_copies.copy_state.idle_confirm_limit()
+            if pauses.paused_at is not None:
+                # Nothing past the pause is confirmed, on the consumer's behalf neither.
+                confirm = min(confirm if confirm is not None else lsn_max, pauses.paused_at - 1)
             try:
                 segments, lsn, stop, notes = live.poll(
                     max_rows=self.o.max_batch_rows,
@@ -679,11 +686,39 @@ class _Stream:
                     max_ms=self.o.max_batch_ms,
                     until_lsn=limits.until_lsn,
                     idle_timeout_ms=limits.idle_timeout_ms,
-                    idle_confirm_limit=table_copies.copy_state.idle_confirm_limit(),
+                    idle_confirm_limit=confirm,
                 )
             except ConnectionError as e:
                 session.reconnect(e)
                 continue
+            signalled = signals.in_order(notes, self.slot)
+            if pauses.paused_at is not None:
+                # Paused: what the stream reads is not handed out, only looked at for a
+                # resume; the slot stays before the pause.
+                if pauses.resume_in(signalled):
+                    back = pauses.resumed()
+                    log.info("resumed (a resume signal): streaming again from %s", int_to_lsn(back))
+                    session.rewind(back)
+                    loop.last_lsn = min(loop.last_lsn, back)
+                    continue
+                ended = stop == _native.Stop.UNTIL_LSN
+                if ended or self.clock.idle_past_timeout(time.monotonic(), False):
+                    return
+                continue
+            paused = pauses.pause_in(signalled)
+            if paused is not None:
+                # Every change committed before the pause goes out; the rest comes again
+                # once it is resumed (the stream goes back to the pause).
+                kept = ((name, _committed_before(table_of(s), paused)) for name, s in segments)
+                segments = [(name, t) for name, t in kept if t.num_rows]
+                notes = [n for n in notes if (n[3][0] if n[3] is not None else n[0]) < paused]
+                signalled = [(c, s) for c, s in signalled if c < paused]
+                lsn = min(lsn, paused - 1)
+                pauses.paused_at = paused
+                log.info(
+                    "paused (a pause signal at %s): changes after it wait for a resume signal",
+                    int_to_lsn(paused),
+                )
             parts = [(name, table_of(s)) for name, s in segments]
             tables = merge_segments(parts)
             ddl = [
@@ -699,15 +734,9 @@ class _Stream:
                 setup.run(partial(table_copies.take_notes, notes=copy_notes))
             if ddl:
                 setup.run(partial(table_copies.schema_changed, changes=ddl))
-            signalled = [
-                s
-                for n in notes
-                if n[2] == signals.PREFIX
-                and (s := signals.parse(n[1])) is not None
-                and s.for_slot(self.slot)
-            ]
-            if signalled:
-                setup.run(partial(table_copies.signalled, signals=signalled))
+            resnapshots = [s for _, s in signalled if s.kind == "resnapshot"]
+            if resnapshots:
+                setup.run(partial(table_copies.signalled, signals=resnapshots))
             if table_copies.catch_up_due(stop, lsn):
                 setup.run(table_copies.catch_up)
             setup.run(partial(table_copies.watch, tables=tables))
@@ -829,6 +858,11 @@ def _wal_position(conn: psycopg.Connection[Any]) -> int:
         " ELSE pg_current_wal_insert_lsn() END::text"
     ).fetchone()
     return lsn_to_int(row[0]) if row and row[0] else 0
+
+
+def _committed_before(changes: pa.Table, lsn: int) -> pa.Table:
+    """The rows of ``changes`` committed before ``lsn``."""
+    return changes.filter(pc.less(changes["_commit_lsn"], pa.scalar(lsn, pa.int64())))
 
 
 def _in_commit_order(changes: pa.Table | None, rows: pa.Table) -> pa.Table:

@@ -383,3 +383,30 @@ def test_a_strict_pipeline_stops_before_a_new_columns_values_are_written(
     table = delta.read_table(delta.table_path(lake, "public.people"))
     assert table.column_names == ["id", "email"] and table.num_rows == 1
     assert not any(b"555-0100" in f.read_bytes() for f in lake.rglob("*") if f.is_file())
+
+
+def test_pauses_keep_the_first_pause_not_resumed_in_the_same_poll() -> None:
+    from pgwire_cdc.signals import Pauses, Signal, in_order, parse
+
+    pause, resume = Signal("pause", ()), Signal("resume", ())
+    pauses = Pauses()
+    assert pauses.pause_in([(10, pause), (20, resume)]) is None  # resumed at once
+    assert pauses.pause_in([(10, pause)]) is None  # read again after that: no new pause
+    assert pauses.pause_in([(30, pause), (40, pause)]) == 30
+    pauses.paused_at = 30
+    assert not pauses.resume_in([(25, resume)])  # an older resume is not this pause's
+    assert pauses.resume_in([(45, resume)])
+    assert pauses.resumed() == 29  # the stream goes back to just before the pause
+    assert pauses.paused_at is None
+    assert pauses.pause_in([(30, pause)]) is None  # read again: resumed already
+    assert pauses.pause_in([(40, pause)]) == 40
+    # Notes: another slot's signal and other prefixes are left out; a transactional
+    # message counts by its transaction's commit LSN.
+    mine = b'{"signal": "pause", "slot": "s1"}'
+    theirs = b'{"signal": "pause", "slot": "s2"}'
+    notes = [
+        (5, mine, "pgwire_cdc.signal", (9, 0)),
+        (6, theirs, "pgwire_cdc.signal", (9, 1)),
+        (7, b"{}", "pgwire_cdc.ddl", (9, 2)),
+    ]
+    assert in_order(notes, "s1") == [(9, parse(mine))]

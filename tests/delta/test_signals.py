@@ -98,3 +98,43 @@ def test_a_resnapshot_deletes_the_rows_the_source_no_longer_has(
     bad = run_cli("signal", "resnapshot", "public.t", "--where", injected, "--dsn", db.dsn)
     assert bad.returncode != 0 and "--where" in bad.stderr
     assert db.conn.execute("SELECT count(*) FROM t").fetchone() == (len(source),)
+
+
+def test_a_pause_holds_every_later_change_until_a_resume(db: Database, tmp_path: Path) -> None:
+    """``signal pause``: the changes committed before it are delivered, nothing after it,
+    and the slot stays before it (a run started while paused stays paused); ``signal
+    resume``: the changes since the pause follow, each once."""
+    db.conn.execute(
+        "CREATE TABLE t (id int PRIMARY KEY, v text);"
+        " INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 5) g;"
+        " CREATE PUBLICATION pub FOR TABLE t"
+    )
+    run(db, tmp_path)
+    db.conn.execute("INSERT INTO t VALUES (6, 'before the pause')")
+    assert run_cli("signal", "pause", "--dsn", db.dsn).returncode == 0
+    db.conn.execute("INSERT INTO t VALUES (7, 'paused')")
+    db.conn.execute("UPDATE t SET v = 'paused too' WHERE id = 1")
+    run(db, tmp_path)
+    held = [(i, f"v{i}") for i in range(1, 6)] + [(6, "before the pause")]
+    assert lake_rows(tmp_path) == held
+    slot = db.conn.execute(
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 's1'"
+    ).fetchone()
+    run(db, tmp_path)  # started while paused: it reads the pause again
+    assert lake_rows(tmp_path) == held
+    again = db.conn.execute(
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 's1'"
+    ).fetchone()
+    assert again == slot  # never past the pause
+    bad = run_cli("signal", "pause", "public.t", "--dsn", db.dsn)
+    assert bad.returncode != 0 and "names no tables" in bad.stderr
+    assert run_cli("signal", "resume", "--dsn", db.dsn).returncode == 0
+    db.conn.execute("DELETE FROM t WHERE id = 2")
+    run(db, tmp_path)
+    assert lake_rows(tmp_path) == sorted(db.conn.execute("SELECT id, v FROM t").fetchall())
+    # Paused and resumed again within one run's reach: nothing is held.
+    assert run_cli("signal", "pause", "--dsn", db.dsn).returncode == 0
+    db.conn.execute("INSERT INTO t VALUES (8, 'between')")
+    assert run_cli("signal", "resume", "--dsn", db.dsn).returncode == 0
+    run(db, tmp_path)
+    assert lake_rows(tmp_path) == sorted(db.conn.execute("SELECT id, v FROM t").fetchall())
