@@ -236,3 +236,32 @@ def test_one_options_class_reads_both_sources() -> None:
         SourceOptions.parse({"dsn": "d", "table": "t", "slot": "s"})
     with pytest.raises(ConfigError, match="at least 1"):
         SourceOptions.parse({"dsn": "d", "table": "t", "partitions": "0"})
+
+
+def test_a_column_added_stops_the_query_which_reads_it_once_restarted(
+    db: Database, spark: Any, workload: Workload, tmp_path: Path
+) -> None:
+    workload.run(20)
+    sink = Sink(tmp_path / "batches")
+    query = start(spark, db, tmp_path, sink, processingTime="1 second")
+    deadline = time.monotonic() + 240
+    while not sink.batches and time.monotonic() < deadline:
+        time.sleep(0.5)
+    before = len(sink.batches)
+    # Under the running query (its columns fixed): a change, the ALTER, a change after it.
+    db.conn.execute("UPDATE items SET qty = 1 WHERE id = (SELECT min(id) FROM items)")
+    db.conn.execute("ALTER TABLE items ADD COLUMN extra text")
+    db.conn.execute("UPDATE items SET extra = 'x' WHERE id = (SELECT min(id) FROM items)")
+    with pytest.raises(Exception, match=r"columns of public\.items changed"):
+        query.awaitTermination(240)
+    assert len(sink.batches) == before  # nothing of the failed micro-batch was kept
+    start(spark, db, tmp_path, sink, availableNow=True).awaitTermination(240)
+    new = [t for _, t in sink.batches[before:]]
+    rows = pa.concat_tables(new, promote_options="permissive").to_pylist()
+    # The row from before the ALTER has a null extra, the one after it the value.
+    assert [(r["qty"], r["extra"]) for r in rows if r["_change_type"] == "update"] == [
+        (1, None),
+        (1, "x"),
+    ]
+    changes = [(r["_commit_lsn"], r["_tx_ordinal"]) for _, t in sink.batches for r in t.to_pylist()]
+    assert len(set(changes)) == len(changes)

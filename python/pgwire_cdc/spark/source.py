@@ -40,6 +40,18 @@ A failed task or micro-batch is read again under the same snapshot while the kee
 it (until the ranges are read, the Spark application ends, or ``snapshot_ttl`` seconds);
 a query restarted from its checkpoint before its first micro-batch completed cannot
 replay it and says so (drop the slot and the checkpoint to start over).
+
+Schema changes
+--------------
+A streaming query's columns are fixed when it starts. Rows come in them by name: a column
+dropped at the source is null in later rows, rows from before a column was added have null
+in it. A change whose rows the query cannot hold — a column added or renamed (a type
+change the query's type cannot take fails its cast) — stops the micro-batch that reaches
+it with :class:`SchemaChangedError`, naming the columns and, with the DDL capture
+(``batch.schema_changes``), the DDL. Nothing is committed, so the restarted query reads
+that micro-batch again, now in the new columns (read from the catalog): the rows from
+before the change are then held in them by name too, a renamed column's values under its
+new name where the DDL capture told the rename.
 """
 
 from __future__ import annotations
@@ -62,11 +74,16 @@ from ..catalog import change_table_schema
 from ..connection import connect
 from ..errors import ConfigError, SlotError
 from ..lsn import int_to_lsn, lsn_to_int
+from ..schema_changes import SchemaChange
 from ..streaming import stream
-from ..tables import METADATA_COLUMNS
 from . import snapshot as spark_snapshot
 from .keeper import export_snapshot
 from .types import spark_schema
+
+
+class SchemaChangedError(ConfigError):
+    """The source table's columns changed under a running query: restart it."""
+
 
 try:
     from pyspark.sql.datasource import (
@@ -495,7 +512,6 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def _changes(self, start: int, end: int) -> Iterator[pa.RecordBatch]:
         if end <= start:
             return
-        expected: list[str] | None = None
         for batch in stream(
             self.o.dsn,
             publication=self.publication,
@@ -506,6 +522,7 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             max_batch_rows=self.o.max_batch_rows,
         ):
             # Never acked here: only commit() moves the slot.
+            ddl = [c for c in batch.schema_changes if c.table == self.o.table]
             for key, table in batch.tables.items():
                 if key.split("@", 1)[0] != self.o.table:
                     continue
@@ -513,19 +530,45 @@ class PgwireCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 table = table.filter(pc.and_(pc.greater_equal(commit, start), pc.less(commit, end)))
                 if not table.num_rows:
                     continue
-                data = [c for c in table.column_names if c not in METADATA_COLUMNS]
-                if expected is None:
-                    expected = data
-                if data != expected or "@" in key:
-                    raise ConfigError(
-                        f"the columns of {self.o.table} changed (ALTER TABLE) inside this "
-                        "micro-batch; restart the query so that it reads the new schema"
-                    )
-                yield from self._for_spark(table)
+                yield from self._for_spark(self._in_query_columns(table, ddl))
+
+    def _in_query_columns(self, table: pa.Table, ddl: Sequence[SchemaChange]) -> pa.Table:
+        """Rows of a change table in the query's columns (see the module documentation):
+        a column the query lacks stops it, unless the query already reads the table as the
+        catalog describes it now (the rows are from before a DDL: a renamed column takes
+        its new name, a dropped one goes)."""
+        renamed = {
+            old: new for c in ddl if c.kind == "rename_column" for new, old in c.renamed.items()
+        }
+        if any(c in renamed for c in table.column_names):
+            table = table.rename_columns([renamed.get(c, c) for c in table.column_names])
+        names = set(self.arrow_schema.names)
+        unknown = [c for c in table.column_names if c not in names]
+        if not unknown:
+            return table
+        with connect(self.o.dsn) as conn:
+            assert self.publication is not None
+            now = change_table_schema(conn, self.publication, self.o.table).names
+        if set(now) != names:
+            told = "; ".join(f"{c.kind} {', '.join(c.columns)}".strip() for c in ddl)
+            raise SchemaChangedError(
+                f"the columns of {self.o.table} changed (ALTER TABLE{': ' + told if told else ''}):"
+                f" {', '.join(unknown)} not among the query's columns. Restart the query: it"
+                " reads the new columns, from this micro-batch on (rows from before the change"
+                " have null in the columns they lacked)"
+            )
+        return table.drop_columns(unknown)
 
     def _for_spark(self, table: pa.Table) -> Iterator[pa.RecordBatch]:
-        columns = [
-            c.dictionary_decode() if pa.types.is_dictionary(c.type) else c for c in table.columns
-        ]
-        plain = pa.Table.from_arrays(columns, names=table.column_names)
-        yield from plain.cast(self.arrow_schema).to_batches()
+        """``table`` in the query's schema: its columns by name, null where it lacks one."""
+        columns = []
+        for field in self.arrow_schema:
+            if field.name not in table.column_names:
+                columns.append(pa.nulls(table.num_rows, field.type))
+                continue
+            column = table[field.name]
+            if pa.types.is_dictionary(column.type):
+                column = column.dictionary_decode()
+            columns.append(column.cast(field.type))
+        plain = pa.Table.from_arrays(columns, schema=self.arrow_schema)
+        yield from plain.to_batches()
