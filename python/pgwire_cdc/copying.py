@@ -113,17 +113,21 @@ class TableCopies:
                 self.start(t)
             elif holding[t.qualified] is not None:
                 after = list(holding[t.qualified])
-                self.start(t, after or None)
+                self.start(t, after or None, whole=True)
 
     def start(
         self,
         table: catalog.TableInfo,
         after: Sequence[Any] | None = None,
         where: str | None = None,
+        *,
+        whole: bool = False,
     ) -> None:
         """Starts (or starts again) the incremental copy of ``table`` after key ``after``
         (of the rows the SQL condition ``where`` holds for); the slot's copy state records
-        it at once. ConfigError for a keyless table, and on a standby."""
+        it at once. A table without a key is read whole under a lock with ``whole`` (a
+        table read again: a rewrite, a resnapshot, a copy resumed), and refused with
+        ConfigError without it (a table to copy first); on a standby, every table is."""
         if self.in_recovery:
             raise ConfigError(
                 f"{table.qualified} would be read while streaming (an incremental snapshot),"
@@ -131,7 +135,7 @@ class TableCopies:
                 " primary to read it, or pass held_tables naming it if the consumer holds"
                 " its rows"
             )
-        self.snapshots.add(table, after, where)
+        self.snapshots.add(table, after, where, whole=whole)
         self.known.add(table.qualified)
         if self.snapshot:
             # snapshot=False streams changes only: no copy state kept in the WAL.
@@ -186,7 +190,7 @@ class TableCopies:
             return
         for t in catalog.tables_of_publications(conn, self.publications):
             if t.qualified in wanted:
-                self.start(t)
+                self.start(t, whole=True)
 
     def signalled(
         self, conn: psycopg.Connection[Any], signals: Sequence[signals_mod.Signal]
@@ -203,7 +207,7 @@ class TableCopies:
                     t.qualified,
                     ", the rows of a condition" if where else "",
                 )
-                self.start(t, where=where)
+                self.start(t, where=where, whole=True)
                 found.add(t.qualified)
         for name in sorted(set(wanted) - found):
             log.warning("a resnapshot signal names %s, which the publication lacks", name)
@@ -214,8 +218,7 @@ class TableCopies:
         """A published table whose rows a DDL rewrote (``rewrite``: a volatile default, a
         type change with a conversion): their new values are not in the stream, so the
         table is read again while the stream goes on, its rows coming as ``read`` rows
-        after the DDL. A table without a key cannot be read that way: the run stops and
-        says how to start over."""
+        after the DDL (a table without a key: whole, under a lock)."""
         rewritten = {c.table for c in changes if c.kind == "rewrite"}
         if not rewritten:
             return
@@ -223,13 +226,7 @@ class TableCopies:
             if t.qualified not in rewritten:
                 continue
             log.info("%s was rewritten by a DDL: its rows are read again", t.qualified)
-            try:
-                self.start(t)
-            except ConfigError as e:
-                raise ConfigError(
-                    f"{t.qualified} was rewritten by a DDL, whose new values are not in the "
-                    f"stream, and cannot be read again: {e}"
-                ) from e
+            self.start(t, whole=True)
 
     # -- the slot's record -------------------------------------------------------------
 
@@ -253,7 +250,7 @@ class TableCopies:
                 continue
             log.info("resuming the copy of %s an earlier run began", name)
             try:
-                self.start(table, after or None)
+                self.start(table, after or None, whole=True)
             except ConfigError as e:
                 log.warning("%s; its changes are streamed, earlier rows are not", e)
 

@@ -31,8 +31,12 @@ The chunk's rows carry ``_lsn`` = ``_commit_lsn`` = *h* - 1: inside the watermar
 record, so no transaction's commit LSN equals it and ``(_commit_lsn, _tx_ordinal)`` orders
 them after everything committed before *h* and before everything committed after it.
 
-Tables without a replica-identity key cannot be read in key order nor matched by key: they
-are not read in chunks (see :func:`chunk_query`).
+Tables without a replica-identity key cannot be read in key order nor matched by key: such
+a table is read whole, in one chunk, when it must be read again (a rewrite, a resnapshot;
+:func:`read_whole`): under a ``SHARE`` lock taken before the chunk's snapshot, which waits
+for the transactions writing the table and holds off new ones until the high watermark,
+so no transaction the snapshot misses touched it before the watermark, and the rows
+replace the table's there (``CopyRange.whole``).
 """
 
 from __future__ import annotations
@@ -108,6 +112,8 @@ class Chunk:
     #: ``after`` to ``last_key``, filtered or not, under the chunk's snapshot; None when the
     #: chunk's rows are all of them.
     range_keys: pa.Table | None = None
+    #: The whole table, read under a lock (a table without a key: :func:`read_whole`).
+    whole: bool = False
 
     @property
     def position(self) -> int:
@@ -219,6 +225,47 @@ def check_where(conn: psycopg.Connection[Any], schema: str, name: str, where: st
     except psycopg.Error as e:
         problem = e.diag.message_primary or type(e).__name__
         raise ConfigError(f"--where is no condition on {schema}.{name}'s rows: {problem}") from e
+
+
+def read_whole(conn: psycopg.Connection[Any], table: TableInfo, number: int = 0) -> Chunk:
+    """All rows of ``table`` (a table without a key) as one chunk, read under a ``SHARE``
+    lock taken before the chunk's snapshot (see the module documentation)."""
+    relation = sql.Identifier(table.schema, table.name)
+    selected = sql.SQL(", ").join(
+        sql.Identifier(c.name)
+        if _native.binary_decodable(c.base_type_oid)
+        else sql.SQL("{}::text").format(sql.Identifier(c.name))
+        for c in table.columns
+    )
+    source = sql.SQL("ONLY {}").format(relation) if table.relkind == "r" else relation
+    filtered = (
+        sql.SQL(" WHERE ({})").format(sql.SQL(table.row_filter))
+        if table.row_filter
+        else sql.SQL("")
+    )
+    query = sql.SQL("COPY (SELECT {} FROM {}{}) TO STDOUT (FORMAT BINARY)").format(
+        selected, source, filtered
+    )
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        # Before the snapshot (the transaction's first query takes it): every transaction
+        # that wrote the table has committed, and none can until the high watermark.
+        conn.execute(sql.SQL("LOCK TABLE {} IN SHARE MODE").format(source))
+        row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+        assert row is not None
+        visibility = Visibility.parse(row[0])
+        low = _watermark(conn, "low", table.qualified, number)
+        chunks: list[bytes] = []
+        with conn.cursor().copy(query) as copy:
+            for data in copy:
+                chunks.append(bytes(data))
+        high = _watermark(conn, "high", table.qualified, number)
+    decoder = _native.CopyDecoder(
+        table.oid, table.schema, table.name, table.replica_identity, table.descriptions(), high - 1
+    )
+    decoder.feed_many(chunks)
+    rows = table_of(decoder.finish())
+    return Chunk(table.qualified, rows, visibility, low, high, None, whole=True)
 
 
 def _watermark(conn: psycopg.Connection[Any], kind: str, table: str, chunk: int) -> int:
@@ -350,6 +397,8 @@ def reconcile(chunk: Chunk, keys: list[str], changes: Iterable[pa.Table]) -> pa.
 def copy_range(chunk: Chunk, keys: list[str], changes: Iterable[pa.Table]) -> CopyRange | None:
     """The key range ``chunk`` read whole; None when a transaction it did not see
     truncated the table (the consumer's rows of the range are then not known to it)."""
+    if chunk.whole:
+        return CopyRange(None, None, pa.table({}), chunk.position, whole=True)
     unseen = unseen_keys(chunk, keys, changes)
     if unseen is None:
         return None
@@ -375,6 +424,9 @@ class CopyRange:
     upto: tuple[Any, ...] | None
     keep: pa.Table
     lsn: int
+    #: The chunk is the whole table (one without a key: :func:`read_whole`): the rows the
+    #: consumer holds before ``lsn`` are replaced by the chunk's, whatever their keys.
+    whole: bool = False
 
 
 @dataclass
@@ -393,6 +445,8 @@ class _Job:
     read_all: bool = False
     #: Only the rows this SQL condition holds for (None: every row).
     where: str | None = None
+    #: A table without a key, read whole under a lock (:func:`read_whole`).
+    whole: bool = False
 
 
 class Snapshots:
@@ -427,15 +481,29 @@ class Snapshots:
         return self.pending[1].high if self.pending is not None else None
 
     def add(
-        self, table: TableInfo, after: Sequence[Any] | None = None, where: str | None = None
+        self,
+        table: TableInfo,
+        after: Sequence[Any] | None = None,
+        where: str | None = None,
+        *,
+        whole: bool = False,
     ) -> None:
         """Snapshot ``table`` (again), after key ``after`` (None: from the start); with
-        ``where``, the rows this SQL condition holds for."""
-        keys = key_columns(table)
+        ``where``, the rows this SQL condition holds for. A table without a key is read
+        whole under a lock with ``whole`` (:func:`read_whole`), and refused without it."""
+        keyless = tables.key_columns(table.change_table_schema()) is None
+        keys = [] if keyless and whole else key_columns(table)
         row = self.conn.execute(
             "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = %s", (table.oid,)
         ).fetchone()
-        job = _Job(table, keys, tuple(after) if after is not None else None, [], where=where)
+        job = _Job(
+            table,
+            keys,
+            tuple(after) if after is not None and not keyless else None,
+            [],
+            where=None if keyless else where,
+            whole=keyless,
+        )
         job.estimate = int(row[0]) if row else 0
         if self.pending is not None and self.pending[0].table.qualified == table.qualified:
             self.pending = None  # read again from the new starting point
@@ -467,7 +535,9 @@ class Snapshots:
             # to it (a commit is in the WAL before it is visible).
             changed = tables.get(job.table.qualified)
             self.recent = [changed] if changed is not None and changed.num_rows else []
-        if job.retry:
+        if job.whole:
+            self.pending = (job, read_whole(self.conn, job.table, job.chunks), False)
+        elif job.retry:
             keys, rest = job.retry[: self.chunk_rows], job.retry[self.chunk_rows :]
             chunk = read_chunk(self.conn, job.table, None, len(keys), job.chunks, keys)
             job.retry = rest
@@ -495,7 +565,7 @@ class Snapshots:
             if lsn >= chunk.high:
                 self.pending = None
                 around = [*self.recent, *self.window]
-                delivered = reconcile(chunk, job.keys, around)
+                delivered = chunk.rows if chunk.whole else reconcile(chunk, job.keys, around)
                 if not retry:
                     found = copy_range(chunk, job.keys, around)
                     if found is not None:

@@ -26,9 +26,8 @@ next run (``held_shapes``), so DDL made while no run was streaming is measured a
 what the copy holds, not against the catalog of the new run's start: the first change of
 the table in the new run is checked as above; and where the two descriptions differ in
 what no Relation message shows (a column dropped and added again with the same name and
-type: the attnums differ), the table is read again at once. A
-table without a key (matched by whole rows) cannot be read again while streaming: its
-columns follow its changes, as without a record.
+type: the attnums differ), the table is read again at once (a table without a key whole,
+under a lock: :func:`pgwire_cdc.incremental.read_whole`).
 """
 
 from __future__ import annotations
@@ -89,11 +88,6 @@ def _told(
     return changes
 
 
-def _keyed(description: dict[str, Any]) -> bool:
-    """Whether the described table's rows are matched by a replica-identity key."""
-    return description.get("replica_identity") != "f" and bool(description.get("key"))
-
-
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether two descriptions are of the same columns, by attnum, name and type. (A
     new relfilenode alone is no schema change: ``TRUNCATE``, whose effect the stream
@@ -148,10 +142,6 @@ class SchemaWatch:
                 self.unwatched.add(name)
                 continue
             recorded = self.held.get(name)
-            if recorded is not None and not _keyed(found):
-                # Matched by whole rows, it could not be read again if the DDL rewrote it:
-                # its columns follow its changes, as without a record.
-                recorded = None
             if recorded is None or _same(recorded, found):
                 self.known[name] = self._shapes[name] = found
                 continue

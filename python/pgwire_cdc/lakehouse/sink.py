@@ -732,13 +732,19 @@ class LakehouseSink:
         out = dict(tables)
         for name, found in ranges.items():
             changes = tables.get(name)
-            keys = key_columns(changes) if changes is not None else None
             ref = self._ref(name)
-            if changes is None or keys is None or not self.format.exists(ref):
+            if changes is None or not self.format.exists(ref):
                 continue
             at = (self._position(ref) or TablePosition(None)).lsn
             todo = [r for r in found if at is None or r.lsn > at]
-            if not todo:
+            for whole in (r for r in todo if r.whole):
+                # The copy's rows are the table then: what it held before goes.
+                row = vanished.truncate_row(changes, whole.lsn - 1)
+                changes = out[name] = vanished.with_deletes(changes, row, whole.lsn - 1)
+                log.info("%s: replaced by a copy of the whole table", name)
+            todo = [r for r in todo if not r.whole]
+            keys = key_columns(changes)
+            if not todo or keys is None:
                 continue
             if not vanished.rangeable(changes.schema, keys):
                 log.info(
@@ -905,10 +911,14 @@ class LakehouseSink:
         it (its commit LSN at or past ``lsn``; only the batch's last transaction can be)."""
         if self.as_of_every is None:
             return
-        # Not a copy's rows: they stand at their chunk's high watermark, which the stream
-        # has passed (every transaction before it is in the batch), even where that is
-        # past the batch's LSN, the last commit before it.
-        changed = [p.filter(pc.not_equal(p["_change_type"], "read")) for p in parts]
+        # Not a copy's rows, nor the deletes and truncates a copy made (no transaction:
+        # no xid): they stand at their chunk's high watermark, which the stream has passed
+        # (every transaction before it is in the batch), even where that is past the
+        # batch's LSN, the last commit before it.
+        changed = [
+            p.filter(pc.and_(pc.not_equal(p["_change_type"], "read"), pc.is_valid(p["_xid"])))
+            for p in parts
+        ]
         last = max(
             (int(pc.max(p["_commit_lsn"]).as_py()) for p in changed if p.num_rows), default=None
         )

@@ -8,6 +8,9 @@ deleted behind the pipeline's back, or by a change a lost slot took with it — 
 deletes them at the chunk's place in the stream, as ``delete`` rows of the batch's change
 table: the history, soft deletes and the change feed treat them like any delete.
 
+A table without a key is copied whole (``CopyRange.whole``): a ``truncate`` row right
+before the copy's rows replaces what the table held.
+
 Only keys whose order in PostgreSQL is the order Arrow compares them in can be ranged
 here: integers, numerics, dates, times, timestamps and UUIDs. Text follows the column's
 collation at the source; such tables keep the rows (``verify --repair`` finds them).
@@ -101,6 +104,24 @@ def delete_rows(changes: pa.Table, gone: pa.Table, lsn: int) -> pa.Table:
             columns.append(pa.array([[]] * n, f.type))
         else:
             columns.append(pa.nulls(n, f.type))
+    return pa.Table.from_arrays(columns, schema=changes.schema)
+
+
+def truncate_row(changes: pa.Table, lsn: int) -> pa.Table:
+    """A ``truncate`` row in ``changes``' schema at ``lsn``: before a whole table's copy
+    (its rows one LSN later), what the table held goes."""
+    columns = []
+    for f in changes.schema:
+        if f.name == "_change_type":
+            columns.append(pa.array(["truncate"]).cast(f.type))
+        elif f.name in ("_lsn", "_commit_lsn"):
+            columns.append(pa.array([lsn], f.type))
+        elif f.name == "_tx_ordinal":
+            columns.append(pa.array([0], f.type))
+        elif f.name == "_unchanged":
+            columns.append(pa.array([[]], f.type))
+        else:
+            columns.append(pa.nulls(1, f.type))
     return pa.Table.from_arrays(columns, schema=changes.schema)
 
 
