@@ -154,12 +154,7 @@ def chunk_query(
     ``only``, the rows of those keys instead (``(k1, k2) IN (...)``); ``where``: only the
     rows this SQL condition holds for."""
     keys = key_columns(table)
-    selected = sql.SQL(", ").join(
-        sql.Identifier(c.name)
-        if _native.binary_decodable(c.base_type_oid)
-        else sql.SQL("{}::text").format(sql.Identifier(c.name))
-        for c in table.columns
-    )
+    selected = _select_list(table)
     key_list = sql.SQL(", ").join(sql.Identifier(k) for k in keys)
     conditions: list[sql.Composable] = []
     if table.row_filter:
@@ -179,8 +174,7 @@ def chunk_query(
         if conditions
         else sql.SQL("")
     )
-    relation = sql.Identifier(table.schema, table.name)
-    source = sql.SQL("ONLY {}").format(relation) if table.relkind == "r" else relation
+    source = _relation(table)
     query = sql.SQL(
         "COPY (SELECT {} FROM {}{} ORDER BY {} LIMIT {}) TO STDOUT (FORMAT BINARY)"
     ).format(selected, source, filtered, key_list, sql.Literal(int(limit)))
@@ -205,8 +199,7 @@ def range_keys_query(
         conditions.append(sql.SQL("({}) > ({})").format(key_list, _key_bound(table, keys, after)))
     if upto is not None:
         conditions.append(sql.SQL("({}) <= ({})").format(key_list, _key_bound(table, keys, upto)))
-    relation = sql.Identifier(table.schema, table.name)
-    source = sql.SQL("ONLY {}").format(relation) if table.relkind == "r" else relation
+    source = _relation(table)
     query = sql.SQL("SELECT {} FROM {} WHERE {}").format(
         key_list, source, sql.SQL(" AND ").join(conditions)
     )
@@ -230,42 +223,61 @@ def check_where(conn: psycopg.Connection[Any], schema: str, name: str, where: st
 def read_whole(conn: psycopg.Connection[Any], table: TableInfo, number: int = 0) -> Chunk:
     """All rows of ``table`` (a table without a key) as one chunk, read under a ``SHARE``
     lock taken before the chunk's snapshot (see the module documentation)."""
-    relation = sql.Identifier(table.schema, table.name)
-    selected = sql.SQL(", ").join(
-        sql.Identifier(c.name)
-        if _native.binary_decodable(c.base_type_oid)
-        else sql.SQL("{}::text").format(sql.Identifier(c.name))
-        for c in table.columns
-    )
-    source = sql.SQL("ONLY {}").format(relation) if table.relkind == "r" else relation
     filtered = (
         sql.SQL(" WHERE ({})").format(sql.SQL(table.row_filter))
         if table.row_filter
         else sql.SQL("")
     )
     query = sql.SQL("COPY (SELECT {} FROM {}{}) TO STDOUT (FORMAT BINARY)").format(
-        selected, source, filtered
+        _select_list(table), _relation(table), filtered
     )
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         # Before the snapshot (the transaction's first query takes it): every transaction
         # that wrote the table has committed, and none can until the high watermark.
-        conn.execute(sql.SQL("LOCK TABLE {} IN SHARE MODE").format(source))
-        row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
-        assert row is not None
-        visibility = Visibility.parse(row[0])
-        low = _watermark(conn, "low", table.qualified, number)
-        chunks: list[bytes] = []
-        with conn.cursor().copy(query) as copy:
-            for data in copy:
-                chunks.append(bytes(data))
-        high = _watermark(conn, "high", table.qualified, number)
+        conn.execute(sql.SQL("LOCK TABLE {} IN SHARE MODE").format(_relation(table)))
+        visibility, low, high, rows = _between_watermarks(conn, table, query, number)
+    return Chunk(table.qualified, rows, visibility, low, high, None, whole=True)
+
+
+def _select_list(table: TableInfo) -> sql.Composable:
+    """The published columns as a COPY's SELECT reads them (text where the decoder has
+    no binary form of the type)."""
+    return sql.SQL(", ").join(
+        sql.Identifier(c.name)
+        if _native.binary_decodable(c.base_type_oid)
+        else sql.SQL("{}::text").format(sql.Identifier(c.name))
+        for c in table.columns
+    )
+
+
+def _relation(table: TableInfo) -> sql.Composable:
+    """The table, without its inheritance children (a partitioned table: with its
+    partitions)."""
+    relation = sql.Identifier(table.schema, table.name)
+    return sql.SQL("ONLY {}").format(relation) if table.relkind == "r" else relation
+
+
+def _between_watermarks(
+    conn: psycopg.Connection[Any], table: TableInfo, query: str | sql.Composed, number: int
+) -> tuple[Visibility, int, int, pa.Table]:
+    """Steps 1 to 4 of the module docs in the open ``REPEATABLE READ`` transaction: the
+    snapshot's visibility, the low and high watermarks, and the rows ``query`` (a COPY)
+    read, at the high watermark's place."""
+    row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+    assert row is not None
+    visibility = Visibility.parse(row[0])
+    low = _watermark(conn, "low", table.qualified, number)
+    chunks: list[bytes] = []
+    with conn.cursor().copy(query) as copy:
+        for data in copy:
+            chunks.append(bytes(data))
+    high = _watermark(conn, "high", table.qualified, number)
     decoder = _native.CopyDecoder(
         table.oid, table.schema, table.name, table.replica_identity, table.descriptions(), high - 1
     )
     decoder.feed_many(chunks)
-    rows = table_of(decoder.finish())
-    return Chunk(table.qualified, rows, visibility, low, high, None, whole=True)
+    return visibility, low, high, table_of(decoder.finish())
 
 
 def _watermark(conn: psycopg.Connection[Any], kind: str, table: str, chunk: int) -> int:
@@ -293,25 +305,7 @@ def read_chunk(
     query = chunk_query(table, after, limit, conn, only, where)
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
-        assert row is not None
-        visibility = Visibility.parse(row[0])
-        low = _watermark(conn, "low", table.qualified, number)
-        chunks: list[bytes] = []
-        with conn.cursor().copy(query) as copy:
-            for data in copy:
-                chunks.append(bytes(data))
-        high = _watermark(conn, "high", table.qualified, number)
-        decoder = _native.CopyDecoder(
-            table.oid,
-            table.schema,
-            table.name,
-            table.replica_identity,
-            table.descriptions(),
-            high - 1,
-        )
-        decoder.feed_many(chunks)
-        rows = table_of(decoder.finish())
+        visibility, low, high, rows = _between_watermarks(conn, table, query, number)
         last_key: tuple[Any, ...] | None = None
         if only is None and rows.num_rows == limit and limit > 0:
             last = rows.slice(rows.num_rows - 1, 1).select(keys).to_pylist()[0]
