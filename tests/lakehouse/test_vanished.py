@@ -110,3 +110,18 @@ def test_only_keys_ordered_alike_are_ranged() -> None:
     assert vanished.rangeable(schema(pa.timestamp("us", "UTC")), ["k"])
     assert vanished.rangeable(schema(pa.string(), pg_type_oid=2950), ["k"])  # uuid
     assert not vanished.rangeable(schema(pa.string(), pg_type_oid=25), ["k"])  # text
+
+
+def test_a_sorted_integer_key_is_ranged_by_binary_search_alike() -> None:
+    import random
+
+    rng = random.Random(3)
+    values = sorted(rng.sample(range(-500, 500), 200))
+    held = pa.table({"id": pa.array(values, pa.int64())})
+    for _ in range(200):
+        a, b = sorted(rng.sample(range(-600, 600), 2))
+        after = None if rng.random() < 0.2 else (a,)
+        upto = None if rng.random() < 0.2 else (b,)
+        fast = vanished.within(held, ["id"], after, upto)["id"].to_pylist()
+        slow = held.filter(vanished.in_range(held, ["id"], after, upto))["id"].to_pylist()
+        assert fast == slow, (after, upto)

@@ -246,6 +246,9 @@ class LakehouseSink:
         self._cut: dict[str, tuple[int, int | None]] = {}
         # Per source table: the description its table's SHAPE_PROPERTY holds (JSON).
         self._shapes: dict[str, str | None] = {}
+        # Per table reference under a copy that reports key ranges: the keys it held when
+        # the copy's first range came, sorted (:meth:`_with_vanished`).
+        self._held_keys: dict[str, pa.Table] = {}
 
     # -- the pipeline's Sink protocol ------------------------------------------------
 
@@ -375,6 +378,7 @@ class LakehouseSink:
             self._positions = {}
             self._versions = {}
             self._progress = {name: None for name in self._snapshot_written}
+            self._held_keys = {}
         tables = batch.tables
         if batch.snapshot_ranges and not batch.snapshot:
             tables = self._with_vanished(batch.tables, batch.snapshot_ranges)
@@ -416,6 +420,10 @@ class LakehouseSink:
                     self._record_progress(name, ref, progress, batch.lsn, stats)
         for name, shape in batch.table_shapes.items():
             self._record_shape(name, shape)
+        for name, progress in batch.snapshot_progress.items():
+            if progress is None or progress == []:
+                # A copy ended, or one started (again): its ranges read the table afresh.
+                self._held_keys.pop(self._ref(name), None)
         self._after_batch(batch)
         return stats
 
@@ -518,6 +526,7 @@ class LakehouseSink:
         """One DDL (its changes, from one message) applied to the table at its place:
         after the rows before it, before those after (:mod:`pgwire_cdc.lakehouse.reshape`),
         in a commit recording that place, so a batch delivered again skips it."""
+        self._held_keys.pop(ref, None)  # its key columns may change
         kinds = {c.kind for c in changes}
         first = changes[0]
         if "drop_table" in kinds:
@@ -753,15 +762,21 @@ class LakehouseSink:
                     name,
                 )
                 continue
-            flag = self.format.deleted_column
-            soft = self.deletes == "soft" and flag in self.format.schema(ref).names
-            held = self.format.read(ref, [*keys, flag] if soft else keys)
-            if soft:
-                held = held.filter(pc.invert(pc.fill_null(held[flag], False)))
-            held = held.select(keys).cast(changes.select(keys).schema)
+            held = self._held_keys.get(ref)
+            if held is None:
+                # Read once per copy (one chunk after another, each range once): keys the
+                # table lost since only make deletes that find nothing, and keys it gained
+                # came through the stream, from the source.
+                flag = self.format.deleted_column
+                soft = self.deletes == "soft" and flag in self.format.schema(ref).names
+                held = self.format.read(ref, [*keys, flag] if soft else keys)
+                if soft:
+                    held = held.filter(pc.invert(pc.fill_null(held[flag], False)))
+                held = held.select(keys).cast(changes.select(keys).schema)
+                held = self._held_keys[ref] = held.sort_by([(k, "ascending") for k in keys])
             gone_rows = 0
             for r in todo:
-                inside = held.filter(vanished.in_range(held, keys, r.after, r.upto))
+                inside = vanished.within(held, keys, r.after, r.upto)
                 gone = inside.join(r.keep.cast(inside.schema), keys, join_type="left anti")
                 if gone.num_rows:
                     deletes = vanished.delete_rows(changes, gone, r.lsn)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -82,6 +83,19 @@ def in_range(
     if upto is not None:
         mask = pc.and_(mask, _compare(rows, keys, upto, "less", "less_equal"))
     return mask
+
+
+def within(
+    held: pa.Table, keys: Sequence[str], after: Sequence[Any] | None, upto: Sequence[Any] | None
+) -> pa.Table:
+    """The rows of ``held`` (sorted by ``keys``) in the range: by binary search for one
+    integer key, else by :func:`in_range`."""
+    if len(keys) == 1 and pa.types.is_integer(held.schema.field(keys[0]).type):
+        column = held[keys[0]].to_numpy()
+        start = 0 if after is None else int(np.searchsorted(column, after[0], side="right"))
+        end = held.num_rows if upto is None else int(np.searchsorted(column, upto[0], "right"))
+        return held.slice(start, max(end - start, 0))
+    return held.filter(in_range(held, keys, after, upto))
 
 
 def delete_rows(changes: pa.Table, gone: pa.Table, lsn: int) -> pa.Table:
