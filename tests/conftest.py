@@ -269,11 +269,22 @@ SERVER_FIXTURES = {
 }
 
 
+#: Tests marked ``java`` that start Spark in processes of their own (no shared session)
+#: and run with the PostgreSQL-only tests (``-m "server and not spark"``) instead of the
+#: Spark ones: the two halves of the server tier run at once, and these even their
+#: lengths out (the Spark half is the longer by a few minutes without them).
+BESIDE_POSTGRES = {
+    "spark/test_spark_submit.py::test_a_pipeline_file_runs_as_a_spark_job",
+    "spark/test_spark_jars.py::test_jars_then_a_session_writes_and_reads_delta",
+}
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks ``server`` the tests that use a server (PostgreSQL or Spark: a fixture of
     `SERVER_FIXTURES`, or the ``java`` marker), and ``spark`` those that start Spark (a
-    fixture of `SPARK_FIXTURES`, or the ``java`` marker); leaves out the Spark Connect variants of
+    fixture of `SPARK_FIXTURES`, or the ``java`` marker unless `BESIDE_POSTGRES` lists the
+    test); leaves out the Spark Connect variants of
     the tests ``support/spark_modes.py`` does not list, and the PostgreSQL 15 variants
     of the sink, Spark, CLI and docs tests ``support/server_variants.py`` does not list
     (reported as deselected). First of the hooks, so that ``-m`` sees the markers."""
@@ -286,7 +297,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         java = item.get_closest_marker("java") is not None
         if SERVER_FIXTURES & names or java:
             item.add_marker(pytest.mark.server)
-        if SPARK_FIXTURES & names or java:
+        if SPARK_FIXTURES & names or (java and name not in BESIDE_POSTGRES):
             item.add_marker(pytest.mark.spark)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
