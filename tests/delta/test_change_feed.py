@@ -10,10 +10,8 @@ Delta Spark; and by the Spark writer."""
 from __future__ import annotations
 
 import random
-import signal
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -116,19 +114,8 @@ def test_the_deletion_vector_writers_feed_is_each_commits_difference(
     rng = random.Random(11)
     oracle.create(db.conn)
     delta.run(db.dsn, tmp_path, until_lsn=current_lsn(db), deletion_vectors=True, **KEEP)
-    running = worker(db, tmp_path)
-    next_id = [100]
-    try:
-        for step in range(30):
-            oracle.workload(db.conn, rng, next_id)
-            time.sleep(rng.uniform(0, 0.15))
-            if step == 12:
-                running.send_signal(signal.SIGKILL)
-                running.wait()
-                running = worker(db, tmp_path)
-    finally:
-        running.send_signal(signal.SIGKILL)
-        running.wait()
+    start = lambda: worker(db, tmp_path)  # noqa: E731
+    oracle.workload_with_a_kill(db.conn, rng, start, steps=30, kill_at=12, pause=0.15)
     delta.run(db.dsn, tmp_path, until_lsn=current_lsn(db), max_batch_rows=9, **KEEP)
     path = delta.table_path(tmp_path, "public.acct")
     equals_source(db, path)

@@ -7,10 +7,8 @@ three runs."""
 from __future__ import annotations
 
 import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -43,19 +41,8 @@ def test_history_and_soft_deletes_match_an_audit_trigger_through_a_kill(
     oracle.create(db.conn)
     delta.run(db.dsn, tmp_path, until_lsn=current_lsn(db), **KEEP)
     since = oracle.snapshot_seq(db.conn)
-    running = worker(db, tmp_path, 2**63 - 1)
-    next_id = [100]
-    try:
-        for step in range(40):
-            oracle.workload(db.conn, rng, next_id)
-            time.sleep(rng.uniform(0, 0.2))
-            if step == 17:
-                running.send_signal(signal.SIGKILL)
-                running.wait()
-                running = worker(db, tmp_path, 2**63 - 1)
-    finally:
-        running.send_signal(signal.SIGKILL)
-        running.wait()
+    start = lambda: worker(db, tmp_path, 2**63 - 1)  # noqa: E731
+    oracle.workload_with_a_kill(db.conn, rng, start, steps=40, kill_at=17, pause=0.2)
     command = [sys.executable, str(WORKER), db.dsn, str(tmp_path), str(current_lsn(db))]
     options = ["--history", "scd2", "--deletes", "soft"]
     last = subprocess.run([*command, *options], capture_output=True, text=True, timeout=300)

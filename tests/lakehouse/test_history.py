@@ -85,6 +85,15 @@ def cut(batch: Batch, rows: int) -> list[Batch]:
     return [first, Batch(tables={name: tail}, lsn=batch.lsn)]
 
 
+def first_rows(src: Source, rec: Record, n: int, note: str, *, counted: bool) -> None:
+    """Rows 1 to ``n`` in one transaction (``counted``: the rows count as versions the
+    history must hold; else they reach it as an initial snapshot's)."""
+    with src.transaction() as tx:
+        for i in range(1, n + 1):
+            tx.insert(KEYED, {"id": i, "name": f"n{i}", "note": note, "n": i})
+    rec.committed(set(range(1, n + 1)) if counted else set())
+
+
 def drive(sink: LakehouseSink, src: Source, rng: random.Random, rec: Record, rounds: int) -> None:
     """``rounds`` batches of one to four random transactions each (new keys past the
     source's highest) into ``sink``, half of them cut inside a transaction."""
@@ -144,10 +153,7 @@ def test_the_history_reads_as_the_source_after_every_commit(lake: Lake, seed: in
     rng = random.Random(seed)
     src = source()
     rec = Record(src)
-    with src.transaction() as tx:
-        for i in range(1, 6):
-            tx.insert(KEYED, {"id": i, "name": f"n{i}", "note": "toast", "n": i})
-    rec.committed(set())
+    first_rows(src, rec, 5, "toast", counted=False)
     sink = sink_for(lake)
     sink.apply(snapshot_batch(src.batch(), start=True))
     drive(sink, src, rng, rec, 10 if lake.kind == "memory" else 5)
@@ -164,10 +170,7 @@ def test_a_crash_between_the_tables_then_a_replay_adds_no_version(
     rng = random.Random(crash_before)
     src = source()
     rec = Record(src)
-    with src.transaction() as tx:
-        for i in range(1, 5):
-            tx.insert(KEYED, {"id": i, "name": f"n{i}", "note": "long", "n": i})
-    rec.committed(set(range(1, 5)))
+    first_rows(src, rec, 4, "long", counted=True)
     sink_for(lake).apply(src.batch())
     next_id = [4]
     pending = []
@@ -238,10 +241,7 @@ def test_soft_deletes_keep_every_row_that_went(lake: Lake, seed: int) -> None:
     src = source()
     rec = Record(src)
     sink = soft_sink(lake)
-    with src.transaction() as tx:
-        for i in range(1, 6):
-            tx.insert(KEYED, {"id": i, "name": f"n{i}", "note": "toast", "n": i})
-    rec.committed(set())
+    first_rows(src, rec, 5, "toast", counted=False)
     sink.apply(snapshot_batch(src.batch(), start=True))
     seen: dict[int, dict[str, Any]] = {r["id"]: r for r in src.rows(KEYED)}
     gone_at: dict[int, int] = {}
@@ -294,10 +294,7 @@ def test_a_change_feed_table_holds_each_rows_last_commit_lsn(lake: Lake, seed: i
     rng = random.Random(seed)
     src = source()
     rec = LastChange(src)
-    with src.transaction() as tx:
-        for i in range(1, 6):
-            tx.insert(KEYED, {"id": i, "name": f"n{i}", "note": "toast", "n": i})
-    rec.committed(set(range(1, 6)))
+    first_rows(src, rec, 5, "toast", counted=True)
     sink = LakehouseSink(lake.format, as_of_every=None, change_data_feed=True)
     sink.apply(snapshot_batch(src.batch(), start=True))
     drive(sink, src, rng, rec, 6 if lake.kind == "memory" else 4)

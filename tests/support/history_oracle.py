@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import itertools
 import random
+import signal
+import subprocess
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -128,6 +132,32 @@ def workload(conn: psycopg.Connection[Any], rng: random.Random, next_id: list[in
     with conn.transaction():
         for _ in range(rng.randint(1, 4)):
             conn.execute(statement(rng, conn, next_id))
+
+
+def workload_with_a_kill(
+    conn: psycopg.Connection[Any],
+    rng: random.Random,
+    start: Callable[[], subprocess.Popen[bytes]],
+    steps: int,
+    kill_at: int,
+    pause: float,
+) -> None:
+    """``steps`` :func:`workload` transactions (up to ``pause`` seconds apart) while a
+    consumer ``start()`` made runs; it is SIGKILLed after transaction ``kill_at`` and
+    started again, and killed at the end."""
+    running = start()
+    next_id = [100]
+    try:
+        for step in range(steps):
+            workload(conn, rng, next_id)
+            time.sleep(rng.uniform(0, pause))
+            if step == kill_at:
+                running.send_signal(signal.SIGKILL)
+                running.wait()
+                running = start()
+    finally:
+        running.send_signal(signal.SIGKILL)
+        running.wait()
 
 
 def check(
