@@ -98,18 +98,19 @@ def within(
     return held.filter(in_range(held, keys, after, upto))
 
 
-def delete_rows(changes: pa.Table, gone: pa.Table, lsn: int) -> pa.Table:
-    """``delete`` rows of the keys ``gone``, in ``changes``' schema, committed at ``lsn``,
-    ordered after every row ``changes`` has at that LSN."""
-    n = gone.num_rows
-    same = changes.filter(pc.equal(changes["_commit_lsn"], lsn))
-    first = int(pc.max(same["_tx_ordinal"]).as_py()) + 1 if same.num_rows else 0
+def made_changes(
+    schema: pa.Schema, rows: pa.Table, kinds: Sequence[str], lsn: int, first: int = 0
+) -> pa.Table:
+    """Changes no transaction made (no xid): ``rows`` (data columns, those it lacks null)
+    as a change table of ``schema``, the ``kinds`` (``insert``, ``delete``, ``truncate``)
+    given, at ``lsn``, ordinals from ``first``."""
+    n = len(kinds)
     columns = []
-    for f in changes.schema:
-        if f.name in gone.column_names:
-            columns.append(gone[f.name].cast(f.type))
+    for f in schema:
+        if f.name in rows.column_names:
+            columns.append(rows[f.name].cast(f.type))
         elif f.name == "_change_type":
-            columns.append(pa.array(["delete"] * n).cast(f.type))
+            columns.append(pa.array(list(kinds)).cast(f.type))
         elif f.name in ("_lsn", "_commit_lsn"):
             columns.append(pa.array([lsn] * n, f.type))
         elif f.name == "_tx_ordinal":
@@ -118,25 +119,21 @@ def delete_rows(changes: pa.Table, gone: pa.Table, lsn: int) -> pa.Table:
             columns.append(pa.array([[]] * n, f.type))
         else:
             columns.append(pa.nulls(n, f.type))
-    return pa.Table.from_arrays(columns, schema=changes.schema)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def delete_rows(changes: pa.Table, gone: pa.Table, lsn: int) -> pa.Table:
+    """``delete`` rows of the keys ``gone``, in ``changes``' schema, committed at ``lsn``,
+    ordered after every row ``changes`` has at that LSN."""
+    same = changes.filter(pc.equal(changes["_commit_lsn"], lsn))
+    first = int(pc.max(same["_tx_ordinal"]).as_py()) + 1 if same.num_rows else 0
+    return made_changes(changes.schema, gone, ["delete"] * gone.num_rows, lsn, first)
 
 
 def truncate_row(changes: pa.Table, lsn: int) -> pa.Table:
     """A ``truncate`` row in ``changes``' schema at ``lsn``: before a whole table's copy
     (its rows one LSN later), what the table held goes."""
-    columns = []
-    for f in changes.schema:
-        if f.name == "_change_type":
-            columns.append(pa.array(["truncate"]).cast(f.type))
-        elif f.name in ("_lsn", "_commit_lsn"):
-            columns.append(pa.array([lsn], f.type))
-        elif f.name == "_tx_ordinal":
-            columns.append(pa.array([0], f.type))
-        elif f.name == "_unchanged":
-            columns.append(pa.array([[]], f.type))
-        else:
-            columns.append(pa.nulls(1, f.type))
-    return pa.Table.from_arrays(columns, schema=changes.schema)
+    return made_changes(changes.schema, pa.table({}), ["truncate"], lsn)
 
 
 def with_deletes(changes: pa.Table, deletes: pa.Table, lsn: int) -> pa.Table:

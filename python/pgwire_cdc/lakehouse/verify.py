@@ -48,11 +48,12 @@ from .. import _native, catalog
 from ..errors import ConfigError
 from ..lsn import int_to_lsn, lsn_to_int
 from ..replication import temporary_slot_name
-from ..tables import METADATA_COLUMNS, key_columns, parse_segment_key, table_of, unsliced
+from ..tables import key_columns, parse_segment_key, table_of, unsliced
 from .format import TableFormat, TablePosition
 from .identity import identify
 from .positions import Mark, snapshot_position, txn_id
 from .shape import CHANGE_FEED_COLUMN, data_columns, lake_shape, plain_schema
+from .vanished import made_changes
 
 if TYPE_CHECKING:
     from ..streaming import Batch
@@ -608,7 +609,8 @@ def _repair(
         return False
     rows = source.take(pa.array(upsert, pa.int64()))
     gone = _as_types(lake.select(columns), source.schema).take(pa.array(delete, pa.int64()))
-    changes = _change_table(template, pa.concat_tables([rows, gone]), len(rows), mark.lsn)
+    kinds = ["insert"] * len(rows) + ["delete"] * len(gone)
+    changes = made_changes(template.schema, pa.concat_tables([rows, gone]), kinds, mark.lsn)
     if CHANGE_FEED_COLUMN in format.schema(ref).names:
         # A repaired row is the source's row as of the LSN the table was compared at.
         columns = [*columns, CHANGE_FEED_COLUMN]
@@ -616,25 +618,3 @@ def _repair(
     format.merge(ref, table_of(stream), keys, False, mark, adds=True)
     found.upserted, found.deleted = len(rows), len(gone)
     return True
-
-
-def _change_table(template: pa.Table, rows: pa.Table, upserts: int, lsn: int = 0) -> pa.Table:
-    """``rows`` as a change table of ``template``'s schema: the first ``upserts`` inserts,
-    the rest deletes (by their key columns), committed at ``lsn``."""
-    n = rows.num_rows
-    arrays = []
-    for f in template.schema:
-        if f.name not in METADATA_COLUMNS:
-            arrays.append(rows[f.name].cast(f.type))
-        elif f.name == "_change_type":
-            kinds = ["insert"] * upserts + ["delete"] * (n - upserts)
-            arrays.append(pa.array(kinds, f.type))
-        elif f.name in ("_commit_lsn", "_lsn"):
-            arrays.append(pa.array([lsn] * n, f.type))
-        elif f.name == "_tx_ordinal":
-            arrays.append(pa.array(range(n), f.type))
-        elif f.name == "_unchanged":
-            arrays.append(pa.array([[]] * n, f.type))
-        else:
-            arrays.append(pa.nulls(n, f.type))
-    return pa.Table.from_arrays(arrays, schema=template.schema)
