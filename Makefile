@@ -15,7 +15,7 @@ help:
 	@echo "make test      lint, Rust tests, build the extension and wheel, pytest against PostgreSQL 15 and 18 and Spark"
 	@echo "make test-full the server suites on both PostgreSQL servers throughout"
 	@echo "make torture   the crash tortures in full (20 SIGKILLs each; make test runs them short)"
-	@echo "make chaos     pgbench under SIGKILLs for MINUTES (default 10) from SEED into SINK (delta-rs, spark, iceberg), checked against the source"
+	@echo "make chaos     pgbench and DDL under faults for MINUTES (default 10) from SEED into SINK (delta-rs, spark, iceberg), checked against the source"
 	@echo "make wheel     the abi3 manylinux2014 wheels (x86_64, aarch64), in target/wheels"
 	@echo "make bench     every comparison (release build): benches/results/latest.md + ratios.png"
 	@echo "make fuzz      run every proptest fuzz target for FUZZ_SECONDS (default 600) each"
@@ -163,7 +163,7 @@ torture: build jars
 
 # The chaos runs (tests/chaos): seeded workloads and faults for MINUTES minutes (default
 # 10) from SEED (default 1) against SINK (delta-rs, spark or iceberg; default delta-rs),
-# checked against the source; `make test` only collects them.
+# checked against the source; `make test` runs one short round of seed 1 into delta-rs.
 SEED    ?= 1
 MINUTES ?= 10
 SINK    ?= delta-rs

@@ -196,12 +196,21 @@ def connect_spark() -> Iterator[Any]:
     server started from the pip pyspark, with Delta Lake and Iceberg: the same Spark,
     reached the way Databricks serverless and Spark 4 clients reach it."""
     from pgwire_cdc.spark import session
+    from pgwire_cdc.spark.sessions import CODEGEN_CACHE, CODEGEN_CACHE_ENTRIES
     from support.spark_connect import ConnectServer
 
     requires.java()
     server = ConnectServer(
         "local[2]",
-        {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"},
+        {
+            "spark.sql.shuffle.partitions": "2",
+            "spark.driver.memory": "2g",
+            # What pgwire_cdc.spark.session() sets on a local session, which a Connect
+            # client cannot: Delta's first read of each table in 2 tasks, not 50, and
+            # MERGE's generated classes kept.
+            "spark.databricks.delta.snapshotPartitions": "2",
+            CODEGEN_CACHE: CODEGEN_CACHE_ENTRIES,
+        },
         # foreachBatch functions defined in the tests travel by reference to their module.
         python_path=[str(Path(__file__).resolve().parent)],
     )

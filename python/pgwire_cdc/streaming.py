@@ -500,7 +500,7 @@ class _Stream:
                 session.connect()
                 session.start(self.slot, start)
             elif self.o.snapshot:
-                consistent_point = yield from self._initial_copy()
+                consistent_point = yield from self._interrupted_copy_named()
                 if self.acks.snapshot_committed:
                     assert session.repl is not None
                     session.repl.drop_slot(replication.temporary_slot_name(self.slot))
@@ -557,7 +557,17 @@ class _Stream:
         """Makes the slot permanent: a copy of the temporary snapshot slot, at the
         position acked so far."""
         assert self.setup is not None and self.setup.conn is not None
-        admin.copy_slot(self.setup.conn, replication.temporary_slot_name(self.slot), self.slot)
+        temporary = replication.temporary_slot_name(self.slot)
+        if admin.get_slot(self.setup.conn, temporary) is None:
+            # A temporary slot lives as long as its replication connection: the walsender
+            # was ended, or the server restarted, after the snapshot was read.
+            raise ConnectionError(
+                f"the initial snapshot's temporary slot {temporary!r} went with its"
+                f" replication connection before the snapshot was acked, so slot {self.slot!r}"
+                " cannot be made where the snapshot stands: run again and a new snapshot is"
+                " taken (the copy starts over)"
+            )
+        admin.copy_slot(self.setup.conn, temporary, self.slot)
         if self.o.failover:
             # The copy does not carry the flag (a temporary slot cannot have it); the new
             # slot is not in use yet, so it can be changed now.
@@ -567,6 +577,20 @@ class _Stream:
         log.info("initial snapshot committed; slot %s created", self.slot)
 
     # -- the initial copy --------------------------------------------------------------
+
+    def _interrupted_copy_named(self) -> Generator[Batch, None, int]:
+        """:meth:`_initial_copy`, whose lost connection says what it means: an exported
+        snapshot lives only as long as the replication connection that made it, so a
+        snapshot cannot go on over a new connection."""
+        try:
+            return (yield from self._initial_copy())
+        except ConnectionError as e:
+            raise ConnectionError(
+                f"the connection was lost during the initial snapshot of slot {self.slot!r}"
+                f" ({e}); a snapshot cannot go on over a new connection (its exported"
+                " snapshot went with the old one): run again and a new snapshot is taken"
+                " (the copy starts over)"
+            ) from e
 
     def _initial_copy(self) -> Generator[Batch, None, int]:
         """A new slot's snapshot as batches; returns its consistent point, where the

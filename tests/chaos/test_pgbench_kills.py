@@ -1,28 +1,37 @@
-"""Chaos: PostgreSQL's own TPC-B workload (``pgbench``) kept in a lake by a consumer killed
-with SIGKILL again and again, checked against the source at the end. ``make chaos`` runs
-it (``SEED=…``, ``MINUTES=…``, ``SINK=…``); ``make test`` does not. The sink
+"""Chaos: PostgreSQL's own TPC-B workload (``pgbench``) and schema changes kept in a lake
+by a consumer that meets faults again and again, checked against the source at the end by
+``verify`` and row by row. ``make chaos`` runs it (``SEED=…``, ``MINUTES=…``, ``SINK=…``);
+``make test`` runs one round of seed 1 with half the workload into ``delta-rs``. The sink
 (``PGWIRE_CDC_CHAOS_SINK``): ``delta-rs`` (default: Delta tables by deletion vectors,
 ``delta_worker.py``), ``spark`` (the Delta Spark writer, each consumer with its own local
 Spark) or ``iceberg`` (``iceberg_worker.py``, a local catalog). A consumer with a Spark
 lives 20 to 45 s instead of 3 to 9 (its session takes seconds to start), and the workload
 runs 90 s instead of 40.
 
-Each round, on a fresh database of the PostgreSQL 15 cluster: ``pgbench -i -s 3``, with
-``pgbench_accounts`` split in 4 partitions and published through its root
-(``publish_via_partition_root``) in odd rounds, as one plain table in even ones;
-``pgbench_history`` (no key) under REPLICA IDENTITY FULL. Then 40 s of ``pgbench -c 4``
-while ``delta_worker.py`` keeps the four tables, killed after a random 3 to 9 s or at one of
-its own kill points (after a commit, between the tables of one batch, before the ack), or
-having its walsender ended by the server a random moment before the kill (it reconnects);
-then one last run up to the source's WAL position. Every account balance, teller and
-branch and the history's rows (as a multiset) must equal the source.
+Each round, on a fresh database of the PostgreSQL 15 cluster, with the DDL capture
+installed: ``pgbench -i -s 3``, with ``pgbench_accounts`` split in 4 partitions and
+published through its root (``publish_via_partition_root``) in odd rounds, as one plain
+table in even ones; ``pgbench_history`` (no key) under REPLICA IDENTITY FULL. Then
+``pgbench -c 4`` for the workload's seconds (in segments: a server restart ends one) while
+the worker keeps the four tables and meets one fault per run (:data:`FAULTS`): killed
+after a random while or at one of its own kill points (after a commit, between the tables
+of one batch, before the ack); its walsender ended by the server; the server restarted
+(``pg_ctl restart -m fast``) under it; a slow sink (a pause before each batch). At a
+random moment of half the rounds, schema changes (:data:`DDL`) run between two consumer
+runs: a column added with a constant default, a column renamed, a column added to the
+keyless table. Then one last run up to the source's WAL position, and the check:
+``verify`` (each table at one LSN, by key) reports no difference, and every account
+balance, teller and branch and the history's rows (as a multiset) equal the source's.
 
-The seed picks the kill kinds and times and the layout; the workload's own interleaving is
+The seed picks the faults, their times and the layout; the workload's own interleaving is
 the server's, so a failing seed need not fail again. A failure names the source
 transactions the lake lacks: a ``test_decoding`` slot made before the workload keeps every
 change, so the report gives each lost row's transaction (xid, commit LSN) next to the
 positions the lake's Delta logs recorded and each consumer run's snapshots, slots and
-start positions.
+start positions. A consumer run that ends with an error of its own fails the round too,
+with its last lines, unless the fault ended its connection during its initial snapshot
+(which cannot go on over a new connection: the error says so, and the next run takes a
+new one).
 """
 
 from __future__ import annotations
@@ -35,12 +44,14 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Database, fresh_database
 from pgwire_cdc import delta, iceberg
+from pgwire_cdc.ddl_capture import install_ddl_capture
 from pgwire_cdc.lakehouse.sql import default_table_name
 from pgwire_cdc.lsn import int_to_lsn
 from support.server import PgCluster
@@ -57,19 +68,32 @@ SINKS: dict[str, tuple[Path, tuple[str, ...], tuple[float, float], int]] = {
     "iceberg": (SUPPORT / "iceberg_worker.py", ("--namespace", "chaos"), (20, 45), 90),
 }
 WORKER, OPTIONS, LIFETIME, BENCH_SECONDS = SINKS[SINK]
+#: ``make test`` (no MINUTES): one round with half the workload.
+SHORTER = 1.0 if MINUTES > 0 else 0.5
 #: The options of the last run, which catches up with the source (not killed).
 FINAL_RUN = (*OPTIONS, "--max-batch-rows", "5000")
 #: The workers log their snapshots, slots and start positions (delta_worker.py).
 WORKER_ENV = {**os.environ, "PGWIRE_CDC_WORKER_LOG": "1"}
-KINDS = ("timed", "committed", "between-tables", "before-ack", "walsender")
+#: The fault each consumer run meets.
+FAULTS = (
+    "timed",
+    "committed",
+    "between-tables",
+    "before-ack",
+    "walsender",
+    "restart",
+    "slow",
+)
+#: Schema changes a round may make, in this order, while the workload runs (pgbench's
+#: statements name none of these columns).
+DDL = (
+    "ALTER TABLE pgbench_tellers ADD COLUMN note text DEFAULT 'chaos'",
+    "ALTER TABLE pgbench_branches RENAME COLUMN filler TO remark",
+    "ALTER TABLE pgbench_history ADD COLUMN note text",
+)
 TABLES = ("pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history")
 
-pytestmark = [
-    pytest.mark.skipif(
-        MINUTES <= 0, reason="a long run of its own: make chaos (PGWIRE_CDC_CHAOS_MINUTES)"
-    ),
-    pytest.mark.timeout(int(MINUTES * 60) + 900),
-]
+pytestmark = pytest.mark.timeout(int(MINUTES * 60) + 900)
 
 
 def pgbench(cluster: PgCluster, db: Database, *args: str) -> subprocess.Popen[str]:
@@ -146,24 +170,115 @@ def positions(path: Path) -> dict[str, list[str]]:
     return out
 
 
-def wait_then_end_walsender(db: Database, worker: subprocess.Popen[bytes], after: float) -> float:
-    """Ends the walsender of slot s1 ``after`` seconds from now unless the worker exited
-    first; returns the seconds waited."""
+class Workload:
+    """``pgbench -c 4`` for ``seconds`` in all, in segments of up to 10 s: a server restart
+    ends a segment (its clients lose their connections) and the next one starts."""
+
+    SEGMENT = 10.0
+
+    def __init__(self, cluster: PgCluster, db: Database, seconds: float) -> None:
+        self.cluster, self.db, self.left = cluster, db, seconds
+        self.proc: subprocess.Popen[str] | None = None
+        self.started = 0.0
+        #: Whether the server restarted while the running segment ran.
+        self.restarted = False
+
+    def running(self) -> bool:
+        """Whether the workload still runs (a segment ended: the next one started)."""
+        if self.proc is not None and self.proc.poll() is None:
+            return True
+        if self.proc is not None:
+            err = self.proc.communicate()[1]
+            assert self.proc.returncode == 0 or self.restarted, err[-2000:]
+            self.left -= time.monotonic() - self.started
+        if self.left <= 0:
+            return False
+        seconds = max(1, round(min(self.left, self.SEGMENT)))
+        self.restarted = False
+        self.started = time.monotonic()
+        self.proc = pgbench(self.cluster, self.db, "-n", "-c", "4", "-j", "2", "-T", str(seconds))
+        return True
+
+
+def wait_then(worker: subprocess.Popen[bytes], after: float, fault: Callable[[], None]) -> float:
+    """Runs ``fault`` ``after`` seconds from now unless the worker exited first; returns
+    the seconds waited."""
     try:
         worker.wait(timeout=after)
     except subprocess.TimeoutExpired:
-        db.conn.execute(
-            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
-            " WHERE slot_name IN ('s1', 's1_snapshot') AND active_pid IS NOT NULL"
-        )
+        fault()
     return after
+
+
+def end_walsender(db: Database) -> None:
+    """The server ends the walsender of slot s1 (as a failover or an operator would)."""
+    db.conn.execute(
+        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+        " WHERE slot_name IN ('s1', 's1_snapshot') AND active_pid IS NOT NULL"
+    )
+
+
+def restart_server(db: Database, workload: Workload) -> None:
+    """``pg_ctl restart -m fast``: every connection ends, the consumer's and pgbench's
+    included; the test's own connection is made again."""
+    workload.restarted = True
+    db.cluster.restart()
+    db.conn = db.cluster.connect(db.name)
+
+
+#: What a consumer says when its connection went during its initial snapshot (which
+#: cannot go on over a new connection): the one error a fault may end a run with.
+SNAPSHOT_LOST = "a new snapshot is taken (the copy starts over)"
+
+
+def failed_run(worker: subprocess.Popen[bytes], fault: str, log: Path) -> str | None:
+    """The last lines of a consumer run that ended by an error of its own (not a kill), but
+    for a connection the fault ended during the initial snapshot; else None."""
+    if worker.returncode in (0, -signal.SIGKILL):
+        return None
+    text = log.read_text(errors="replace").rsplit("--- run", 1)[-1]
+    last = text.strip().splitlines()[-1] if text.strip() else ""
+    if fault in ("walsender", "restart") and "ConnectionError" in last and SNAPSHOT_LOST in last:
+        return None
+    return f"a consumer run exited with {worker.returncode}: {text[-1500:]}"
+
+
+def source_columns(db: Database) -> dict[str, list[str]]:
+    return {
+        name: [
+            r[0]
+            for r in db.conn.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0"
+                " AND NOT attisdropped ORDER BY attnum",
+                (name,),
+            ).fetchall()
+        ]
+        for name in TABLES
+    }
+
+
+def verified(db: Database, path: Path) -> list[str]:
+    """``verify`` of the whole lake at the end (the slot idle, caught up first): the
+    tables that differ, with its report's line."""
+    if SINK == "iceberg":
+        from pgwire_cdc.spark import session
+
+        conf = iceberg.local_catalog_conf("lake", str(path))
+        spark = session("chaos_verify", "local[1]", iceberg=True, **conf)
+        report = iceberg.verify(
+            db.dsn, "lake", "chaos", publication="pub", slot="s1", spark=spark, catch_up=True
+        )
+    else:
+        report = delta.verify(db.dsn, str(path), publication="pub", slot="s1", catch_up=True)
+    return [line for line in report.summary().splitlines() if "DIFFERS" in line]
 
 
 def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) -> dict[str, Any]:
     with fresh_database(cluster) as db:
         init = ["-i", "-q", "-s", "3", *(["--partitions", "4"] if layout == "partitions" else [])]
-        out = pgbench(cluster, db, *init).communicate()[1]
+        pgbench(cluster, db, *init).communicate()
         db.conn.execute("ALTER TABLE pgbench_history REPLICA IDENTITY FULL")
+        install_ddl_capture(db.dsn)
         via_root = "true" if layout == "partitions" else "false"
         db.conn.execute(
             f"CREATE PUBLICATION pub FOR TABLE {', '.join(TABLES)}"
@@ -171,35 +286,48 @@ def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) ->
         )
         db.conn.execute("SELECT pg_create_logical_replication_slot('audit', 'test_decoding')")
         path = tmp / f"lake-{db.name}"
-        bench = pgbench(cluster, db, "-n", "-c", "4", "-j", "2", "-T", str(BENCH_SECONDS))
-        kills: list[str] = []
+        workload = Workload(cluster, db, BENCH_SECONDS * SHORTER)
+        # Half the rounds change the schema before one of their first consumer runs.
+        ddl_before = rnd.randint(1, 4) if rnd.random() < 0.5 else -1
+        faults: list[str] = []
+        problems: list[str] = []
         log = tmp / f"{db.name}.log"
-        while bench.poll() is None:
-            kind = rnd.choice(KINDS)
+        while workload.running():
+            if len(faults) == ddl_before:
+                for statement in DDL:
+                    db.conn.execute(statement)
+                faults.append("ddl")
+            fault = rnd.choice(FAULTS)
             command = [sys.executable, str(WORKER), db.dsn, str(path), str(2**63 - 1)]
             command += [*OPTIONS, "--max-batch-rows", str(rnd.choice((500, 5000)))]
-            if kind not in ("timed", "walsender"):
-                command += ["--crash-at", kind, "--nth", str(rnd.randint(1, 12))]
+            if fault in ("committed", "between-tables", "before-ack"):
+                command += ["--crash-at", fault, "--nth", str(rnd.randint(1, 12))]
+            if fault == "slow":
+                command += ["--slow", str(rnd.choice((0.5, 2.0)))]
             with open(log, "a") as err:
-                err.write(f"--- run {len(kills)}: {kind}\n")
+                err.write(f"--- run {len(faults)}: {fault}\n")
                 err.flush()
                 worker = subprocess.Popen(
                     command, stdout=subprocess.DEVNULL, stderr=err, env=WORKER_ENV
                 )
                 lifetime = rnd.uniform(*LIFETIME)
-                if kind == "walsender":
-                    # The server ends the consumer's walsender (as a failover or an
-                    # operator would) while it streams: the consumer reconnects and goes
-                    # on, acks included; then it is killed like the others.
-                    lifetime -= wait_then_end_walsender(db, worker, rnd.uniform(1, lifetime))
+                if fault == "walsender":
+                    lifetime -= wait_then(
+                        worker, rnd.uniform(1, lifetime), lambda: end_walsender(db)
+                    )
+                elif fault == "restart":
+                    lifetime -= wait_then(
+                        worker, rnd.uniform(1, lifetime), lambda: restart_server(db, workload)
+                    )
                 try:
                     worker.wait(timeout=max(lifetime, 0.1))
                 except subprocess.TimeoutExpired:
                     worker.send_signal(signal.SIGKILL)
                     worker.wait()
-            kills.append(kind)
-        out = bench.communicate()[1]
-        assert bench.returncode == 0, out
+            faults.append(fault)
+            failed = failed_run(worker, fault, log)
+            if failed:
+                problems.append(failed)
         row = db.conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
         assert row is not None
         until = int(row[0])
@@ -210,21 +338,14 @@ def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) ->
             timeout=900,
         )
         assert last.returncode == 0, last.stderr[-3000:]
+        problems += verified(db, path)
         source = source_state(db)
-        columns = {
-            name: [
-                r[0]
-                for r in db.conn.execute(
-                    "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0"
-                    " AND NOT attisdropped ORDER BY attnum",
-                    (name,),
-                ).fetchall()
-            ]
-            for name in TABLES
+        lake = lake_state(path, source_columns(db))
+        report: dict[str, Any] = {
+            "layout": layout,
+            "faults": dict(Counter(faults)),
+            "until": int_to_lsn(until),
         }
-        lake = lake_state(path, columns)
-        report: dict[str, Any] = {"layout": layout, "kills": len(kills), "until": int_to_lsn(until)}
-        problems = []
         for name in TABLES:
             missing = sorted((source[name] - lake[name]).elements())
             extra = sorted((lake[name] - source[name]).elements())
@@ -247,7 +368,7 @@ def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) ->
 
 
 @pytest.mark.server
-def test_pgbench_under_kills_ends_equal(pg15_cluster: PgCluster, tmp_path: Path) -> None:
+def test_pgbench_under_faults_ends_equal(pg15_cluster: PgCluster, tmp_path: Path) -> None:
     rnd = random.Random(SEED)
     deadline = time.monotonic() + MINUTES * 60
     rounds: list[dict[str, Any]] = []

@@ -3,7 +3,7 @@
 
 Usage::
 
-    delta_worker.py DSN PATH UNTIL_LSN [--crash-at STEP --nth N] [--log FILE]
+    delta_worker.py DSN PATH UNTIL_LSN [--crash-at STEP --nth N] [--log FILE] [--slow S]
                     [--max-batch-rows N] [--writer delta-rs|spark]
                     [--publication pub] [--slot s1] [--history scd2] [--deletes soft]
                     [--change-data-feed]
@@ -27,7 +27,8 @@ crash) the Nth time (``--nth``, from 1) it reaches STEP:
 ``skipped``: rows at or below a table's recorded position, delivered again and skipped,
 ``commits``), flushed at once, so the counts survive a later kill. At a clean end the
 process prints the run's `delta.ApplyStats` as one JSON line on stdout and exits 0; a
-crash point reached exits by SIGKILL (return code -9).
+crash point reached exits by SIGKILL (return code -9). ``--slow S`` waits S seconds before
+each batch is applied (a slow sink).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -53,11 +55,13 @@ def _die() -> None:
 
 
 def crash_points(
-    sink_class: Any, crash_at: str, nth: int, log_path: str | None
+    sink_class: Any, crash_at: str, nth: int, log_path: str | None, slow: float = 0.0
 ) -> tuple[Callable[[str], None], Callable[[Any, Any, Any], None]]:
     """The ``on_step`` and ``on_batch`` of a worker's run, and ``sink_class.apply``
     patched: the process kills itself the ``nth`` time it reaches ``crash_at`` (one of
-    STEPS, or "" for never), and appends a JSON line per batch applied to ``log_path``.
+    STEPS, or "" for never), and appends a JSON line per batch applied to ``log_path``;
+    with ``slow`` each batch waits that many seconds before it is applied (a slow sink:
+    the stream keeps its slot's WAL and its walsender's keepalives meanwhile).
     Shared by the workers of the Delta and the Iceberg sinks (iceberg_worker.py), whose
     sinks call ``on_step("committed")`` after each commit."""
     seen = 0
@@ -84,6 +88,8 @@ def crash_points(
     def apply_then_maybe_crash(sink: Any, batch: Any) -> Any:
         names = {parse_segment_key(key)[0] for key, t in batch.tables.items() if t.num_rows}
         current.update(tables=len(names), commits=0)
+        if slow:
+            time.sleep(slow)
         stats = apply(sink, batch)
         if stats.commits:
             reached("before-ack")  # run() acks right after apply() returns
@@ -111,6 +117,7 @@ def worker_arguments() -> argparse.ArgumentParser:
     parser.add_argument("--crash-at", default="", choices=("", *STEPS))
     parser.add_argument("--nth", type=int, default=0)
     parser.add_argument("--log")
+    parser.add_argument("--slow", type=float, default=0.0)
     parser.add_argument("--max-batch-rows", type=int, default=50)
     parser.add_argument("--publication", default="pub")
     parser.add_argument("--slot", default="s1")
@@ -131,7 +138,7 @@ def main() -> None:
     parser.add_argument("--deletes", default="hard")
     parser.add_argument("--change-data-feed", action="store_true")
     args = parser.parse_args()
-    on_step, on_batch = crash_points(delta.DeltaSink, args.crash_at, args.nth, args.log)
+    on_step, on_batch = crash_points(delta.DeltaSink, args.crash_at, args.nth, args.log, args.slow)
 
     spark = None
     if args.writer == "spark":

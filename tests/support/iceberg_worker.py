@@ -45,7 +45,9 @@ def main() -> None:
     parser.add_argument("--namespace", default="torture")
     parser.add_argument("--property", action="append", default=[])
     args = parser.parse_args()
-    on_step, on_batch = crash_points(iceberg.IcebergSink, args.crash_at, args.nth, args.log)
+    on_step, on_batch = crash_points(
+        iceberg.IcebergSink, args.crash_at, args.nth, args.log, args.slow
+    )
 
     from pgwire_cdc.spark import session
 
