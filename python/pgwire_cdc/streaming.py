@@ -516,6 +516,16 @@ class _Stream:
                 self.acks.acked(consistent_point)
                 session.start(self.slot, consistent_point)
             yield from self._changes()
+        except psycopg.OperationalError as e:
+            if e.sqlstate is not None:
+                raise
+            # No SQLSTATE: the client lost the connection (the server restarted or ended
+            # the backend) where no reconnect applies, as while the stream starts.
+            raise ConnectionError(
+                f"the connection to PostgreSQL was lost ({str(e).splitlines()[0]}): run again"
+                " once the server is back (nothing acked is delivered again, nothing unacked"
+                " is lost)"
+            ) from e
         finally:
             self.close()
 

@@ -31,7 +31,7 @@ positions the lake's Delta logs recorded and each consumer run's snapshots, slot
 start positions. A consumer run that ends with an error of its own fails the round too,
 with its last lines, unless the fault ended its connection during its initial snapshot
 (which cannot go on over a new connection: the error says so, and the next run takes a
-new one).
+new one) or while it started (a ``ConnectionError`` that says so).
 """
 
 from __future__ import annotations
@@ -226,9 +226,13 @@ def restart_server(db: Database, workload: Workload) -> None:
     db.conn = db.cluster.connect(db.name)
 
 
-#: What a consumer says when its connection went during its initial snapshot (which
-#: cannot go on over a new connection): the one error a fault may end a run with.
-SNAPSHOT_LOST = "a new snapshot is taken (the copy starts over)"
+#: What a consumer says when a fault ended its connection during its initial snapshot
+#: (which cannot go on over a new connection), or while it started (before it streams,
+#: there is nothing to reconnect): the errors a fault may end a run with.
+CONNECTION_LOST = (
+    "a new snapshot is taken (the copy starts over)",
+    "the connection to PostgreSQL was lost",
+)
 
 
 def failed_run(worker: subprocess.Popen[bytes], fault: str, log: Path) -> str | None:
@@ -238,7 +242,8 @@ def failed_run(worker: subprocess.Popen[bytes], fault: str, log: Path) -> str | 
         return None
     text = log.read_text(errors="replace").rsplit("--- run", 1)[-1]
     last = text.strip().splitlines()[-1] if text.strip() else ""
-    if fault in ("walsender", "restart") and "ConnectionError" in last and SNAPSHOT_LOST in last:
+    lost = "ConnectionError" in last and any(m in last for m in CONNECTION_LOST)
+    if fault in ("walsender", "restart") and lost:
         return None
     return f"a consumer run exited with {worker.returncode}: {text[-1500:]}"
 

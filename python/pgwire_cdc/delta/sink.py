@@ -36,8 +36,8 @@ from .table import (
     open_table,
     position,
     read_table,
-    read_version,
     recorded_source,
+    reduce_version,
     table_path,
 )
 from .writers import SparkWriter, Writer, writer_for
@@ -45,6 +45,7 @@ from .writers import SparkWriter, Writer, writer_for
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from ..lakehouse.digests import LakeDigests
     from ..streaming import StreamOptions
 
 log = logging.getLogger("pgwire_cdc")
@@ -197,7 +198,7 @@ class DeltaTables:
             table.transaction_version(PROGRESS_APP_ID),
         )
 
-    def pinned(self, ref: str) -> tuple[TablePosition | None, pa.Table | None]:
+    def pinned(self, ref: str, reduce: LakeDigests) -> tuple[TablePosition | None, pa.Table | None]:
         where = self._where(ref)
         table = None if where is None else open_table(where, self.storage_options)
         if table is None:
@@ -207,7 +208,7 @@ class DeltaTables:
             table.transaction_version,
             table.transaction_version(PROGRESS_APP_ID),
         )
-        return position, read_version(table)
+        return position, reduce_version(table, reduce)
 
     def progress(self, ref: str) -> Any:
         where = self._where(ref)

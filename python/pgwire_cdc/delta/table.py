@@ -26,6 +26,8 @@ from ..tables import table_of
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from ..lakehouse.digests import LakeDigests
+
 
 def table_path(path: str | os.PathLike[str], name: str) -> str:
     """The Delta table of the source table ``name`` ("schema.table") under ``path`` (a
@@ -90,6 +92,19 @@ def read_version(table: Any, where: str | None = None) -> pa.Table:
     rows = table_of(QueryBuilder().register("t", table).execute(query))
     # DataFusion reads strings as views; the sink works in the plain types.
     return rows.cast(plain_schema(rows.schema))
+
+
+def reduce_version(table: Any, reduce: LakeDigests) -> pa.Table:
+    """The rows of the version a ``deltalake.DeltaTable`` stands at, reduced batch by
+    batch as they are read (verify's digests: the rows are never all in memory)."""
+    from deltalake import QueryBuilder
+
+    reader = pa.RecordBatchReader.from_stream(
+        QueryBuilder().register("t", table).execute("SELECT * FROM t")
+    )
+    plain = plain_schema(reader.schema)
+    batches = (b.cast(plain) for b in reader)
+    return pa.Table.from_batches(reduce.reduce(batches), reduce.output_schema(plain))
 
 
 def read(

@@ -48,6 +48,7 @@ from .table import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from ..lakehouse.digests import LakeDigests
     from ..streaming import StreamOptions
 
 log = logging.getLogger("pgwire_cdc")
@@ -158,7 +159,11 @@ class IcebergTables:
             return None
         return TablePosition(found.lsn, found.ordinal_of, partial=found.partial)
 
-    def pinned(self, ref: str) -> tuple[TablePosition | None, pa.Table | None]:
+    def pinned(self, ref: str, reduce: LakeDigests) -> tuple[TablePosition | None, pa.Table | None]:
+        """The rows reduced in Spark tasks (``mapInArrow``): the driver receives keys and
+        digests, never the table's rows."""
+        from pyspark.sql.types import LongType, StructField, StructType
+
         found = pinned_position(self.spark, ref)
         if found is None:
             return None, None
@@ -166,7 +171,10 @@ class IcebergTables:
         frame = self.spark.table(ref)
         if snapshot is not None:
             frame = self.spark.sql(f"SELECT * FROM {ref} VERSION AS OF {int(snapshot)}")
-        rows: pa.Table = frame.toArrow()
+        fields = [frame.schema[k] for k in reduce.keys or ()]
+        fields += [StructField(name, LongType()) for name in reduce.output_names()[len(fields) :]]
+        reduced = frame.mapInArrow(reduce.reduce, StructType(fields))
+        rows: pa.Table = reduced.toArrow()
         return TablePosition(recorded.lsn, recorded.ordinal_of, partial=recorded.partial), rows
 
     def progress(self, ref: str) -> Any:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from ..streaming import StreamOptions
+    from .digests import LakeDigests
     from .positions import Mark, Source
     from .reshape import ColumnOp
 
@@ -117,8 +118,9 @@ class TableFormat(Protocol):
         table."""
         ...
 
-    def pinned(self, ref: str) -> tuple[TablePosition | None, pa.Table | None]:
-        """The table's position and all its rows, read from one version of the table
+    def pinned(self, ref: str, reduce: LakeDigests) -> tuple[TablePosition | None, pa.Table | None]:
+        """The table's position and its rows reduced batch by batch by ``reduce`` (what
+        verify keeps of them: keys and digests), read from one version of the table
         (commits made meanwhile change neither); (None, None) without a table."""
         ...
 

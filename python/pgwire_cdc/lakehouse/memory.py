@@ -30,6 +30,7 @@ HISTORY_PREFIX = "_pgwire_cdc.history/"
 
 if TYPE_CHECKING:
     from ..streaming import StreamOptions
+    from .digests import LakeDigests
 
 
 class MemoryTableError(Error):
@@ -135,10 +136,12 @@ class MemoryTables:
             table.lsn, Mark(table.lsn, table.partial).ordinal_of, table.progress_lsn, table.partial
         )
 
-    def pinned(self, ref: str) -> tuple[TablePosition | None, pa.Table | None]:
+    def pinned(self, ref: str, reduce: LakeDigests) -> tuple[TablePosition | None, pa.Table | None]:
         if ref not in self.tables:
             return None, None
-        return self.position(ref), self.tables[ref].table()
+        rows = self.tables[ref].table()
+        found = reduce.reduce(rows.to_batches())
+        return self.position(ref), pa.Table.from_batches(found, reduce.output_schema(rows.schema))
 
     def progress(self, ref: str) -> Any:
         return self.tables[ref].progress

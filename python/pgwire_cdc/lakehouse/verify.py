@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ from ..errors import ConfigError
 from ..lsn import int_to_lsn, lsn_to_int
 from ..replication import temporary_slot_name
 from ..tables import key_columns, parse_segment_key, table_of, unsliced
+from .digests import KEY_DIGEST, ROW_DIGEST, LakeDigests, Spill, digest, digests, lake_only
 from .format import TableFormat, TablePosition
 from .identity import identify
 from .positions import Mark, snapshot_position, txn_id
@@ -168,50 +170,52 @@ def verify(
     options = StreamOptions(publication=publication, slot=name, max_batch_rows=100_000)
     wanted = set(tables) if tables is not None else None
     batches = iter(stream(dsn, options=options))
-    try:
-        snapshot, cp = _read_snapshot(batches, wanted, progress)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            for table, parts in snapshot.items():
-                if not parts:  # no rows at the source: the columns come from the catalog
-                    first = publication if isinstance(publication, str) else publication[0]
-                    schema = catalog.change_table_schema(conn, first, table)
-                    parts.append(lake_shape(schema.empty_table()))
-            if recover:
-                # The temporary slot is still at ``cp``: nothing was streamed on it yet.
-                return _recover(conn, format, snapshot, cp, slot, temporary_slot_name(name), dsn)
-            flushed = _wait_for_pipeline(conn, slot, cp, wait, catch_up, progress)
-            lake: dict[str, tuple[TablePosition | None, pa.Table | None]] = {}
-            for table in sorted(snapshot):
-                pinned = format.pinned(format.ref(table))
-                lake[table] = _source_columns(*_live_rows(*pinned, format.deleted_column))
-            row = conn.execute(
-                "SELECT pg_logical_emit_message(true, %s, '')::text", (MESSAGE_PREFIX,)
-            ).fetchone()
-            assert row is not None
-            marker = lsn_to_int(row[0])
-        progress(f"source snapshot at {int_to_lsn(cp)}; pipeline confirmed {int_to_lsn(flushed)}")
-        changes = _read_changes(batches, snapshot, marker)
-    finally:
-        close = getattr(batches, "close", None)
-        if close is not None:
-            close()
-    report = VerifyReport(cp, {})
-    for table in sorted(snapshot):
-        position, rows = lake[table]
-        source, keys = _source_at(snapshot[table], changes.get(table, []), position, flushed)
-        found = compare(table, source, rows, keys)
-        found.lsn = max(flushed, position.lsn or 0) if position is not None else None
-        if repair and not found.equal and rows is not None:
-            _repair(format, table, found, source, rows, keys, position, snapshot[table][0])
-        report.tables[table] = found
-        progress(_line(found))
-    return report
+    with tempfile.TemporaryDirectory(prefix="pgwire_cdc-verify-") as spill_dir:
+        try:
+            snapshot, cp = _read_snapshot(batches, wanted, progress, spill_dir)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                first = publication if isinstance(publication, str) else publication[0]
+                for table, spill in snapshot.items():
+                    if spill.schema is None:  # no rows at the source: the catalog's columns
+                        schema = catalog.change_table_schema(conn, first, table)
+                        spill.template(lake_shape(schema.empty_table()).schema)
+                if recover:
+                    # The temporary slot is still at ``cp``: nothing was streamed on it yet.
+                    return _recover(
+                        conn, format, snapshot, cp, slot, temporary_slot_name(name), dsn
+                    )
+                flushed = _wait_for_pipeline(conn, slot, cp, wait, catch_up, progress)
+                lake = {table: _read_lake(format, table, snapshot[table]) for table in snapshot}
+                row = conn.execute(
+                    "SELECT pg_logical_emit_message(true, %s, '')::text", (MESSAGE_PREFIX,)
+                ).fetchone()
+                assert row is not None
+                marker = lsn_to_int(row[0])
+            progress(
+                f"source snapshot at {int_to_lsn(cp)}; pipeline confirmed {int_to_lsn(flushed)}"
+            )
+            changes = _read_changes(batches, snapshot, marker)
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+        report = VerifyReport(cp, {})
+        for table in sorted(snapshot):
+            side = lake[table]
+            source = _source_at(snapshot[table], changes.get(table, []), side, flushed)
+            found = side.compare(table, source)
+            found.lsn = max(flushed, side.position.lsn or 0) if side.position is not None else None
+            if repair and not found.equal and side.rows is not None:
+                _repair(format, table, found, source, side)
+            report.tables[table] = found
+            progress(_line(found))
+        return report
 
 
 def _recover(
     conn: psycopg.Connection[Any],
     format: TableFormat,
-    snapshot: dict[str, list[pa.Table]],
+    snapshot: dict[str, Spill],
     cp: int,
     slot: str,
     snapshot_slot: str,
@@ -239,15 +243,15 @@ def _recover(
     report = VerifyReport(cp, {})
     for table in sorted(snapshot):
         ref = format.ref(table)
-        held, rows = _source_columns(*_live_rows(*format.pinned(ref), format.deleted_column))
-        source, keys = _source_at(snapshot[table], [], None, 0)
-        found = compare(table, source, rows, keys)
+        side = _read_lake(format, table, snapshot[table])
+        source = _source_at(snapshot[table], [], side, 0)
+        found = side.compare(table, source)
         found.lsn = cp
         report.tables[table] = found
-        if rows is None or held is None:
+        if side.rows is None or side.position is None:
             found.not_repaired = "no lake table: copy it (pgwire-cdc resnapshot)"
             continue
-        reached = held.reached
+        reached = side.position.reached
         if reached is not None and reached >= position:
             found.not_repaired = (
                 f"it holds changes up to {int_to_lsn(reached)}, past the new slot's start:"
@@ -255,10 +259,7 @@ def _recover(
             )
             continue
         mark = Mark(position, None, None, source=server)
-        template = snapshot[table][0]
-        repaired = not found.equal and _repair(
-            format, table, found, source, rows, keys, held, template, mark
-        )
+        repaired = not found.equal and _repair(format, table, found, source, side, mark)
         if not repaired and found.not_repaired is None:
             # Equal already: an empty commit records the new position.
             empty = plain_schema(format.schema(ref)).empty_table()
@@ -277,28 +278,87 @@ def _recover(
     return report
 
 
-def _live_rows(
-    position: TablePosition | None, rows: pa.Table | None, deleted: str
-) -> tuple[TablePosition | None, pa.Table | None]:
-    """A table's rows as the source has them: without the rows ``deletes="soft"`` keeps
-    for deleted ones (``deleted``, as the format calls ``_deleted``, true), and its two
-    columns."""
-    if rows is None or deleted not in rows.column_names:
-        return position, rows
-    live = rows.filter(pc.invert(pc.fill_null(rows[deleted], False)))
-    marks = [c for c in (deleted, "_deleted_lsn") if c in live.column_names]
-    return position, live.drop_columns(marks)
+@dataclass
+class LakeSide:
+    """A lake table as verify read it: its position and, per live row, the key and the
+    digests of the columns both sides have (:mod:`~pgwire_cdc.lakehouse.digests`); None
+    without a table."""
+
+    position: TablePosition | None
+    rows: pa.Table | None
+    keys: list[str] | None
+    #: The columns compared (both sides have them), in the source's types.
+    schema: pa.Schema
+    columns_missing: list[str]
+    columns_extra: list[str]
+
+    def compare(self, name: str, source: SourceSide) -> TableReport:
+        report = TableReport(name, source_rows=source.digests.num_rows)
+        if self.rows is None:
+            report.missing = source.digests.num_rows
+            report.examples["missing"] = _examples(source.digests, self.keys)
+            return report
+        report.lake_rows = self.rows.num_rows
+        report.columns_missing = list(self.columns_missing)
+        report.columns_extra = list(self.columns_extra)
+        if self.keys is None:
+            _compare_multisets(report, source.digests, self.rows)
+        else:
+            _compare_keyed(report, source.digests, self.rows, self.keys)
+        return report
 
 
-def _source_columns(
-    position: TablePosition | None, rows: pa.Table | None
-) -> tuple[TablePosition | None, pa.Table | None]:
-    """A table's rows without the column a change data feed adds
-    (:data:`~pgwire_cdc.lakehouse.sink.CHANGE_FEED_COLUMN`): the source has no such
-    column."""
-    if rows is None or CHANGE_FEED_COLUMN not in rows.column_names:
-        return position, rows
-    return position, rows.drop_columns([CHANGE_FEED_COLUMN])
+def _read_lake(format: TableFormat, name: str, spill: Spill) -> LakeSide:
+    """The lake table of source table ``name`` read at one version, reduced to digests of
+    the columns it shares with the source (``spill.schema``)."""
+    assert spill.schema is not None
+    template = spill.schema.empty_table()
+    keys = key_columns(template)
+    source_columns = data_columns(template)
+    ref = format.ref(name)
+    held = [c for c in format.schema(ref).names] if format.exists(ref) else source_columns
+    lake_columns = [c for c in held if c not in lake_only(format.deleted_column)]
+    columns = [c for c in source_columns if c in lake_columns]
+    missing = [c for c in source_columns if c not in lake_columns]
+    if keys is not None and any(k not in columns for k in keys):
+        keys = None  # the lake lacks a key column: compare whole rows
+    schema = pa.schema([template.schema.field(c) for c in columns])
+    reduce = LakeDigests(schema, tuple(keys) if keys is not None else None, format.deleted_column)
+    position, rows = format.pinned(ref, reduce)
+    extra = [c for c in lake_columns if c not in source_columns]
+    return LakeSide(position, rows, keys, schema, missing, extra)
+
+
+@dataclass
+class SourceSide:
+    """A source table as of a lake table's position: per row the key and the digests of
+    the compared columns, and where its rows are: the snapshot's in the spill, those of the
+    keys changes after the snapshot touched as the changes left them (``changed``, of the
+    key digests ``touched``); a keyless table's, or one a truncate cleared, all in
+    ``whole``."""
+
+    digests: pa.Table
+    spill: Spill | None
+    keys: list[str] | None
+    changed: pa.Table | None = None
+    touched: pa.Array | None = None
+    whole: pa.Table | None = None
+
+    def rows(self, wanted: pa.Array) -> pa.Table:
+        """The rows of the key digests ``wanted``."""
+        assert self.keys is not None
+        if self.whole is not None:
+            return self.whole.filter(pc.is_in(digest(self.whole, self.keys), value_set=wanted))
+        parts = []
+        if self.touched is not None and self.changed is not None:
+            parts.append(
+                self.changed.filter(pc.is_in(digest(self.changed, self.keys), value_set=wanted))
+            )
+            wanted = pc.filter(wanted, pc.invert(pc.is_in(wanted, value_set=self.touched)))
+        assert self.spill is not None and self.spill.schema is not None
+        columns = data_columns(self.spill.schema.empty_table())
+        parts.append(self.spill.select(self.keys, wanted).select(columns))
+        return pa.concat_tables(parts)
 
 
 def _line(t: TableReport) -> str:
@@ -306,27 +366,42 @@ def _line(t: TableReport) -> str:
 
 
 def _read_snapshot(
-    batches: Iterator[Batch], wanted: set[str] | None, progress: Callable[[str], None]
-) -> tuple[dict[str, list[pa.Table]], int]:
+    batches: Iterator[Batch],
+    wanted: set[str] | None,
+    progress: Callable[[str], None],
+    directory: str,
+) -> tuple[dict[str, Spill], int]:
     """The source tables' rows at the temporary slot's consistent point, as change tables
-    (``read`` rows), and that point."""
-    rows: dict[str, list[pa.Table]] = {}
+    (``read`` rows) spilled to ``directory``, and that point."""
+    rows: dict[str, Spill] = {}
+
+    def spill(name: str) -> Spill:
+        if name not in rows:
+            rows[name] = Spill(directory, len(rows))
+        return rows[name]
+
+    count = 0
     for batch in batches:
         if not batch.snapshot:
             raise ConfigError("verify's stream began without a snapshot")
         for key, table in batch.tables.items():
             name, _ = parse_segment_key(key)
             if wanted is None or name in wanted:
-                rows.setdefault(name, []).append(lake_shape(table))
+                spill(name).write(lake_shape(table))
+                count += table.num_rows
         for name in batch.snapshot_progress:
             if wanted is None or name in wanted:
-                rows.setdefault(name, [])
+                spill(name)
         if batch.snapshot_progress:
-            progress(f"source read: {sum(t.num_rows for ts in rows.values() for t in ts)} rows")
+            progress(f"source read: {count} rows")
             if wanted is not None and wanted - set(rows):
                 missing = ", ".join(sorted(wanted - set(rows)))
                 raise ConfigError(f"not published by this publication: {missing}")
+            for found in rows.values():
+                found.close()
             return rows, batch.lsn
+        if count:
+            progress(f"source read: {count} rows")
     raise ConfigError("verify's stream ended before its snapshot did")
 
 
@@ -374,7 +449,7 @@ def _wait_for_pipeline(
 
 
 def _read_changes(
-    batches: Iterator[Batch], snapshot: dict[str, list[pa.Table]], marker: int
+    batches: Iterator[Batch], snapshot: dict[str, Spill], marker: int
 ) -> dict[str, list[pa.Table]]:
     """The changes of the snapshot's tables after its consistent point, up to the
     transaction of verify's own message at ``marker``."""
@@ -414,96 +489,103 @@ def held_rows(changes: pa.Table, position: TablePosition | None, flushed: int) -
     return changes.filter(keep)
 
 
-def _source_at(
-    snapshot: list[pa.Table],
-    changes: list[pa.Table],
-    position: TablePosition | None,
-    flushed: int,
-) -> tuple[pa.Table, list[str] | None]:
+def _source_at(spill: Spill, changes: list[pa.Table], lake: LakeSide, flushed: int) -> SourceSide:
     """The source table as of the lake table's position: the snapshot's rows with the
-    changes the lake table holds applied; and its key columns (None: keyless)."""
-    template = snapshot[0] if snapshot else (changes[0] if changes else None)
-    if template is None:
-        return pa.table({}), None
+    changes the lake table holds applied, as digests of the columns compared. Only the
+    rows of the keys those changes touch are read back and changed; a keyless table, or
+    one a held truncate cleared, is read back whole."""
+    assert spill.schema is not None
+    template = spill.schema.empty_table()
     keys = key_columns(template)
     columns = data_columns(template)
-    base = pa.concat_tables([t.select(columns) for t in snapshot]) if snapshot else None
-    if base is None:
-        base = template.select(columns).slice(0, 0)
+    held = None
     if changes:
         if any(t.schema.remove_metadata() != changes[0].schema.remove_metadata() for t in changes):
             raise ConfigError(
                 "a table's columns changed while verify ran: verify again once the DDL is done"
             )
-        held = held_rows(pa.concat_tables(changes), position, flushed)
-        if held.num_rows:
-            if data_columns(held) != columns:
-                raise ConfigError(
-                    "a table's columns changed while verify ran: verify again once the DDL is done"
-                )
-            stream, _ = _native.apply_changes(unsliced(base), unsliced(held), keys)
-            base = table_of(stream)
-    return base, keys
+        held = held_rows(pa.concat_tables(changes), lake.position, flushed)
+        if not held.num_rows:
+            held = None
+        elif data_columns(held) != columns:
+            raise ConfigError(
+                "a table's columns changed while verify ran: verify again once the DDL is done"
+            )
+    compared = lake.schema.names
+    if keys is None or lake.keys is None or (held is not None and _truncates(held)):
+        whole = spill.table().select(columns)
+        if held is not None:
+            stream, _ = _native.apply_changes(unsliced(whole), unsliced(held), keys)
+            whole = table_of(stream)
+        return SourceSide(digests(whole, lake.keys, compared), spill, lake.keys, whole=whole)
+    parts = [digests(pa.Table.from_batches([b]), keys, compared) for b in spill.batches()]
+    base = pa.concat_tables(parts) if parts else digests(template.select(columns), keys, compared)
+    if held is None:
+        return SourceSide(base, spill, keys)
+    touched = _touched(held, keys, template.schema)
+    before = spill.select(keys, touched).select(columns)
+    stream, _ = _native.apply_changes(unsliced(before), unsliced(held), keys)
+    changed = table_of(stream)
+    kept = base.filter(pc.invert(pc.is_in(base[KEY_DIGEST], value_set=touched)))
+    merged = pa.concat_tables([kept, digests(changed, keys, compared).cast(kept.schema)])
+    return SourceSide(merged, spill, keys, changed=changed, touched=touched)
+
+
+def _truncates(held: pa.Table) -> bool:
+    return bool(pc.any(pc.equal(held["_change_type"].cast(pa.string()), "truncate")).as_py())
+
+
+def _touched(held: pa.Table, keys: list[str], schema: pa.Schema) -> pa.Array:
+    """The key digests of the rows ``held`` changes: their new keys, and the old keys of
+    the updates that moved a row to a new key."""
+    types = pa.schema([schema.field(k) for k in keys])
+    found = [digest(held.select(keys).cast(types), keys)]
+    if "_before" in held.column_names:
+        moved = held.filter(pc.is_valid(held["_before"]))
+        if moved.num_rows:
+            old = pa.table({k: pc.struct_field(moved["_before"], k) for k in keys})
+            found.append(digest(old.cast(types), keys))
+    return pc.unique(pa.chunked_array(found, pa.int64()).combine_chunks())
 
 
 def compare(
     name: str, source: pa.Table, lake: pa.Table | None, keys: list[str] | None
 ) -> TableReport:
     """``source`` and ``lake`` rows compared by ``keys`` (None: as multisets of rows)."""
-    report = TableReport(name, source_rows=source.num_rows)
-    if lake is None:
-        report.missing = source.num_rows
-        report.examples["missing"] = _examples(source, keys)
-        return report
-    report.lake_rows = lake.num_rows
-    columns = [c for c in source.column_names if c in lake.column_names]
-    report.columns_missing = [c for c in source.column_names if c not in lake.column_names]
-    report.columns_extra = [c for c in lake.column_names if c not in source.column_names]
-    source = source.select(columns)
-    lake = _as_types(lake.select(columns), source.schema)
-    if keys is None or any(k not in columns for k in keys):
-        _compare_multisets(report, source, lake, columns)
-    else:
-        _compare_keyed(report, source, lake, keys, columns)
-    return report
+    lake_columns = lake.column_names if lake is not None else source.column_names
+    columns = [c for c in source.column_names if c in lake_columns]
+    if keys is not None and any(k not in columns for k in keys):
+        keys = None
+    schema = pa.schema([source.schema.field(c) for c in columns])
+    rows = None
+    if lake is not None:
+        reduce = LakeDigests(schema, tuple(keys) if keys is not None else None, "_deleted")
+        rows = pa.Table.from_batches(
+            reduce.reduce(lake.to_batches()), reduce.output_schema(lake.schema)
+        )
+    side = LakeSide(
+        TablePosition(None),
+        rows,
+        keys,
+        schema,
+        [c for c in source.column_names if c not in lake_columns],
+        [c for c in lake_columns if c not in source.column_names],
+    )
+    return side.compare(name, SourceSide(digests(source, keys, columns), None, keys))
 
 
-def _as_types(lake: pa.Table, schema: pa.Schema) -> pa.Table:
-    arrays = []
-    for f in schema:
-        column = lake[f.name]
-        if column.type != f.type:
-            try:
-                column = column.cast(f.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                raise ConfigError(
-                    f"column {f.name!r} is {column.type} in the lake but {f.type} at the source"
-                    f" and cannot be compared: {e}"
-                ) from e
-        arrays.append(column)
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _digests(table: pa.Table, columns: list[str]) -> pa.Array:
-    if table.num_rows == 0:
-        return pa.array([], pa.uint64())
-    return pa.table(_native.row_digests(unsliced(table), columns))["_digest"].combine_chunks()
-
-
-def _compare_keyed(
-    report: TableReport, source: pa.Table, lake: pa.Table, keys: list[str], columns: list[str]
-) -> None:
+def _compare_keyed(report: TableReport, source: pa.Table, lake: pa.Table, keys: list[str]) -> None:
     s = pa.table(
         {
-            "_k": _digests(source, keys),
-            "_d": _digests(source, columns),
+            "_k": source[KEY_DIGEST],
+            "_d": source[ROW_DIGEST],
             "_i": pa.array(range(source.num_rows), pa.int64()),
         }
     )
     l_all = pa.table(
         {
-            "_k": _digests(lake, keys),
-            "_d": _digests(lake, columns),
+            "_k": lake[KEY_DIGEST],
+            "_d": lake[ROW_DIGEST],
             "_i": pa.array(range(lake.num_rows), pa.int64()),
         }
     )
@@ -536,11 +618,9 @@ def _compare_keyed(
     report.examples = {k: v[:EXAMPLES] for k, v in report.examples.items()}
 
 
-def _compare_multisets(
-    report: TableReport, source: pa.Table, lake: pa.Table, columns: list[str]
-) -> None:
-    s = pa.table({"_d": _digests(source, columns)}).group_by("_d").aggregate([("_d", "count")])
-    lk = pa.table({"_d": _digests(lake, columns)}).group_by("_d").aggregate([("_d", "count")])
+def _compare_multisets(report: TableReport, source: pa.Table, lake: pa.Table) -> None:
+    s = pa.table({"_d": source[ROW_DIGEST]}).group_by("_d").aggregate([("_d", "count")])
+    lk = pa.table({"_d": lake[ROW_DIGEST]}).group_by("_d").aggregate([("_d", "count")])
     joined = s.join(lk, "_d", join_type="full outer", left_suffix="_s", right_suffix="_l")
     ns = pc.fill_null(joined["_d_count_s"], 0)
     nl = pc.fill_null(joined["_d_count_l"], 0)
@@ -549,10 +629,13 @@ def _compare_multisets(
 
 
 def _examples(table: pa.Table, keys: list[str] | None) -> list[Any]:
-    rows = table.select(keys) if keys else table
+    """Up to :data:`EXAMPLES` keys of ``table`` (a keyless table's: none, its rows are
+    not kept)."""
+    if not keys:
+        return []
     return [
         dict(r) if len(r) > 1 else next(iter(r.values()))
-        for r in rows.slice(0, EXAMPLES).to_pylist()
+        for r in table.select(keys).slice(0, EXAMPLES).to_pylist()
     ]
 
 
@@ -560,17 +643,15 @@ def _repair(
     format: TableFormat,
     name: str,
     found: TableReport,
-    source: pa.Table,
-    lake: pa.Table,
-    keys: list[str] | None,
-    position: TablePosition | None,
-    template: pa.Table,
+    source: SourceSide,
+    lake: LakeSide,
     mark: Mark | None = None,
 ) -> bool:
     """One commit that makes the lake table equal ``source``, recording the position it
     had (see the module documentation), or ``mark``; whether it committed."""
     ref = format.ref(name)
     now = format.position(ref)
+    position = lake.position
     if position is None or now is None or now.lsn != position.lsn:
         found.not_repaired = "the table took a commit while verify ran: verify again"
         return False
@@ -581,40 +662,55 @@ def _repair(
     if found.columns_missing or found.columns_extra:
         found.not_repaired = "its columns differ from the source's: copy it again (resnapshot)"
         return False
-    columns = source.column_names
-    if keys is None:
-        if mark.lsn is None:
-            found.not_repaired = "the table records no position yet"
-            return False
-        format.write(ref, source, "overwrite", mark)
-        found.upserted, found.deleted = found.missing, found.extra
-        return True
-    s_k, l_k = _digests(source, keys), _digests(lake, keys)
-    s_d, l_d = (
-        _digests(source, columns),
-        _digests(_as_types(lake.select(columns), source.schema), columns),
-    )
-    lake_digest = dict(zip(l_k.to_pylist(), l_d.to_pylist(), strict=True))
-    source_keys = set(s_k.to_pylist())
-    upsert = [
-        i
-        for i, (k, d) in enumerate(zip(s_k.to_pylist(), s_d.to_pylist(), strict=True))
-        if lake_digest.get(k) != d
-    ]
-    delete = sorted({i for i, k in enumerate(l_k.to_pylist()) if k not in source_keys})
-    if not upsert and not delete:
-        return False
     if mark.lsn is None:
         found.not_repaired = "the table records no position yet"
         return False
-    rows = source.take(pa.array(upsert, pa.int64()))
-    gone = _as_types(lake.select(columns), source.schema).take(pa.array(delete, pa.int64()))
-    kinds = ["insert"] * len(rows) + ["delete"] * len(gone)
-    changes = made_changes(template.schema, pa.concat_tables([rows, gone]), kinds, mark.lsn)
+    assert lake.rows is not None and source.spill is not None
+    assert source.spill.schema is not None
+    keys = source.keys
+    if keys is None or lake.keys is None:
+        whole = source.whole if source.whole is not None else source.spill.table()
+        format.write(ref, whole.select(lake.schema.names), "overwrite", mark)
+        found.upserted, found.deleted = found.missing, found.extra
+        return True
+    digests_of_lake = dict(
+        zip(lake.rows[KEY_DIGEST].to_pylist(), lake.rows[ROW_DIGEST].to_pylist(), strict=True)
+    )
+    at_source = source.digests
+    upsert = [
+        k
+        for k, d in zip(
+            at_source[KEY_DIGEST].to_pylist(), at_source[ROW_DIGEST].to_pylist(), strict=True
+        )
+        if digests_of_lake.get(k) != d
+    ]
+    gone = lake.rows.filter(
+        pc.invert(pc.is_in(lake.rows[KEY_DIGEST], value_set=at_source[KEY_DIGEST]))
+    )
+    if not upsert and not gone.num_rows:
+        return False
+    template = source.spill.schema.empty_table()
+    columns = lake.schema.names
+    rows = source.rows(pa.array(upsert, pa.int64())).select(columns)
+    deleted = _key_rows(gone, keys, rows.schema)
+    kinds = ["insert"] * len(rows) + ["delete"] * len(deleted)
+    changes = made_changes(template.schema, pa.concat_tables([rows, deleted]), kinds, mark.lsn)
     if CHANGE_FEED_COLUMN in format.schema(ref).names:
         # A repaired row is the source's row as of the LSN the table was compared at.
         columns = [*columns, CHANGE_FEED_COLUMN]
     stream, _ = _native.reduce_changes(unsliced(changes), columns, keys)
     format.merge(ref, table_of(stream), keys, False, mark, adds=True)
-    found.upserted, found.deleted = len(rows), len(gone)
+    found.upserted, found.deleted = len(rows), len(deleted)
     return True
+
+
+def _key_rows(lake_keys: pa.Table, keys: list[str], schema: pa.Schema) -> pa.Table:
+    """Rows of ``schema`` holding only the keys of ``lake_keys`` (a delete's image)."""
+    n = lake_keys.num_rows
+    return pa.table(
+        {
+            f.name: lake_keys[f.name].cast(f.type) if f.name in keys else pa.nulls(n, f.type)
+            for f in schema
+        },
+        schema=schema,
+    )
