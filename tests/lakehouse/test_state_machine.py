@@ -15,57 +15,23 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import Any
 
 import pytest
 from pgwire_cdc.lakehouse.memory import MemoryTables
 from pgwire_cdc.lakehouse.positions import Mark, txn_id
 from pgwire_cdc.lakehouse.sink import LakehouseSink, segments
 from pgwire_cdc.streaming import Batch
-from support.lakes import BAG, KEYED, Crash, Lake, as_multiset, assert_equal, source
+from support.lakes import (
+    BAG,
+    KEYED,
+    Crash,
+    Lake,
+    as_multiset,
+    assert_equal,
+    random_transaction,
+    source,
+)
 from support.pgoutput import UNCHANGED, Source, cut, snapshot_batch
-
-
-def random_transaction(src: Source, rng: random.Random, next_id: list[int]) -> None:
-    """A few random changes: inserts, updates (some leaving ``note`` as unchanged TOAST,
-    some moving the row to a new key), deletes, now and then a truncate."""
-    items = src.tables[KEYED]
-    bag = src.tables[BAG]
-    with src.transaction() as tx:
-        for _ in range(rng.randint(1, 6)):
-            roll = rng.random()
-            if roll < 0.02:
-                tx.truncate(KEYED)
-            elif roll < 0.3 or not items.rows:
-                next_id[0] += 1
-                tx.insert(
-                    KEYED,
-                    {
-                        "id": next_id[0],
-                        "name": f"n{next_id[0]}",
-                        "note": "x" * rng.randint(0, 3),
-                        "n": rng.randint(0, 9),
-                    },
-                )
-            elif roll < 0.6:
-                row = rng.choice(items.rows)
-                new: dict[str, Any] = {"n": rng.randint(0, 99)}
-                if rng.random() < 0.5:
-                    new["note"] = UNCHANGED
-                if rng.random() < 0.2:
-                    next_id[0] += 1
-                    new["id"] = next_id[0]
-                tx.update(KEYED, {"id": row["id"]}, new)
-            elif roll < 0.75:
-                tx.delete(KEYED, {"id": rng.choice(items.rows)["id"]})
-            elif roll < 0.9 or not bag.rows:
-                # Equal rows on purpose: a multiset.
-                tx.insert(BAG, {"k": rng.randint(0, 3), "v": rng.choice(["a", "b"])})
-            elif roll < 0.95:
-                row = rng.choice(bag.rows)
-                tx.update(BAG, dict(row), {"v": rng.choice(["a", "b", "c"])})
-            else:
-                tx.delete(BAG, dict(rng.choice(bag.rows)))
 
 
 @pytest.mark.parametrize("seed", range(8))

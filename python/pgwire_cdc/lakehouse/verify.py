@@ -17,11 +17,18 @@ How one LSN is had on both sides, with no false report on a busy source:
    have applied it and recorded a later ``p``.
 3. The temporary slot streams on from ``C`` past a logical message verify writes after
    step 2; of its changes, those each lake table holds by that rule are applied to the
-   snapshot's rows (``_native.apply_changes``: the pipeline's own MERGE walk). The result
-   is the source table as of the lake table's position, exactly.
+   snapshot's rows of the keys they touch (``_native.apply_changes``: the pipeline's own
+   MERGE walk). The result is the source table as of the lake table's position, exactly.
 4. Both sides are compared by key (a keyless table as a multiset of rows) through 64-bit
-   row digests (``_native.row_digests``): rows *missing* from the lake, *extra* in it, and
-   *different* under one key.
+   digests of each row's key and values (``_native.row_digests``): rows *missing* from
+   the lake, *extra* in it, and *different* under one key.
+
+Neither side's rows are held in memory (:mod:`~pgwire_cdc.lakehouse.digests`): the
+snapshot's rows go to an Arrow IPC file in a temporary directory as they come and are
+read back for the keys step 3 touches and those a repair writes; the lake table is reduced
+to keys and digests batch by batch where it is read (delta-rs's reader; Spark tasks for
+Iceberg). What stays is each row's key and 16 bytes, per side. A keyless table, or one a
+truncate after ``C`` cleared, is read back whole.
 
 Repair upserts the source rows of the missing and different keys and deletes the extra
 ones, in one MERGE per table that records the position the table already has, so the
