@@ -517,15 +517,10 @@ class _Stream:
                 session.start(self.slot, consistent_point)
             yield from self._changes()
         except psycopg.OperationalError as e:
-            if e.sqlstate is not None:
+            lost = _lost(e)
+            if lost is None:
                 raise
-            # No SQLSTATE: the client lost the connection (the server restarted or ended
-            # the backend) where no reconnect applies, as while the stream starts.
-            raise ConnectionError(
-                f"the connection to PostgreSQL was lost ({str(e).splitlines()[0]}): run again"
-                " once the server is back (nothing acked is delivered again, nothing unacked"
-                " is lost)"
-            ) from e
+            raise lost from e
         finally:
             self.close()
 
@@ -546,6 +541,15 @@ class _Stream:
     # -- acknowledgement ---------------------------------------------------------------
 
     def ack(self, seq: int, lsn: int, snapshot_batch: bool) -> None:
+        try:
+            self._ack(seq, lsn, snapshot_batch)
+        except psycopg.OperationalError as e:
+            lost = _lost(e)
+            if lost is None:
+                raise
+            raise lost from e
+
+    def _ack(self, seq: int, lsn: int, snapshot_batch: bool) -> None:
         decision = self.acks.ack(seq, lsn, snapshot_batch)
         if decision is None:
             return
@@ -1104,6 +1108,19 @@ def stream(
     if not governed:
         return state.run()
     return _governed(state.run(), governed)
+
+
+def _lost(e: psycopg.OperationalError) -> ConnectionError | None:
+    """``e`` as :class:`ConnectionError` when it says the connection is gone where no
+    reconnect applies (while the stream starts, or on the setup connection during an ack):
+    no SQLSTATE (the client saw the socket close) or class 57P (the server shut down or
+    ended the backend); else None."""
+    if e.sqlstate is not None and not e.sqlstate.startswith("57P"):
+        return None
+    return ConnectionError(
+        f"the connection to PostgreSQL was lost ({str(e).splitlines()[0]}): run again once"
+        " the server is back (nothing acked is delivered again, nothing unacked is lost)"
+    )
 
 
 def _governed(batches: Iterator[Batch], governed: policies.Policies) -> Iterator[Batch]:

@@ -3,7 +3,8 @@ walsender terminated ten times, acks made after it was terminated, a fast restar
 server, a network path that stalls (found by the stall time-out) or drops (a TCP proxy on
 loopback), and a server that stays down (the configured attempts, then a clear
 ConnectionError). After every fault the consumer's copy, built from acked batches, equals
-the source, with nothing twice.
+the source, with nothing twice. Where no reconnect can apply (the snapshot's temporary slot
+gone before its ack, a restart while the stream sets up), a ConnectionError says so.
 """
 
 from __future__ import annotations
@@ -170,6 +171,65 @@ def test_ack_after_walsender_terminated_is_kept(
     stream.close()  # type: ignore[attr-defined]
     assert confirmed_flush(db.conn, "s1") >= unacked[-1].lsn
     assert_mirror_equals_source(db.conn, mirror)
+
+
+def test_a_snapshot_whose_temporary_slot_went_says_so_at_the_ack(
+    db: Database, workload: Workload
+) -> None:
+    """The walsender ended after the snapshot was read and before it was acked: its
+    temporary slot went with it, so the permanent slot cannot be made where the snapshot
+    stands; the ack raises a ConnectionError that says a new run takes a new snapshot,
+    and no slot is left behind."""
+    workload.run(20)
+    stream = pgwire_cdc.stream(db.dsn, publication="pub", slot="s1")
+    batch = next(stream)
+    while not batch.snapshot_progress:  # the last snapshot batch: its ack makes the slot
+        assert batch.snapshot
+        batch = next(stream)
+    db.conn.execute(
+        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+        " WHERE slot_name = 's1_snapshot'"
+    )
+    deadline = time.monotonic() + 10
+    while db.conn.execute(
+        "SELECT 1 FROM pg_replication_slots WHERE slot_name = 's1_snapshot'"
+    ).fetchone():
+        assert time.monotonic() < deadline, "the temporary slot stayed"
+        time.sleep(0.05)
+    with pytest.raises(ConnectionError, match="a new snapshot is taken"):
+        batch.ack()
+    stream.close()  # type: ignore[attr-defined]
+    assert db.conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone() == (0,)
+
+
+def test_a_restart_while_the_stream_starts_is_a_connection_error(
+    own_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server restarts under a stream still setting up (its catalog connection open,
+    no replication yet): a ConnectionError that says the connection was lost, not a bare
+    driver error; the next run streams."""
+    from pgwire_cdc import streaming
+
+    own_db.conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    own_db.conn.execute("CREATE PUBLICATION pub FOR TABLE t")
+    watch = streaming._schema_watch
+    restarted = []
+
+    def restart_then_watch(*args: Any, **kwargs: Any) -> Any:
+        # The restart lands between two catalog queries of the setup, every time.
+        own_db.cluster.restart()
+        restarted.append(True)
+        return watch(*args, **kwargs)
+
+    monkeypatch.setattr(streaming, "_schema_watch", restart_then_watch)
+    options = {"publication": "pub", "slot": "s1", "idle_timeout": 1, "schema_watch": True}
+    with pytest.raises(ConnectionError, match="connection to PostgreSQL was lost"):
+        next(pgwire_cdc.stream(own_db.dsn, **options))
+    assert restarted
+    monkeypatch.setattr(streaming, "_schema_watch", watch)
+    own_db.conn = own_db.cluster.connect(own_db.name)
+    batches = list(pgwire_cdc.stream(own_db.dsn, **options))
+    assert batches[0].snapshot
 
 
 def test_fast_restart_mid_stream(own_db: Database, caplog: pytest.LogCaptureFixture) -> None:
