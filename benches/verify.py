@@ -8,7 +8,10 @@ transactions follow and are applied, then, in the same process and on the same t
 * ``verify``: ``delta.verify(..., catch_up=True)``, every table compared at its own LSN;
 * baseline: what a user would otherwise do by hand, with no LSN alignment (so not a proof
   while writes go on): ``count(*)`` and ``sum(hashtext(t::text))`` of every source table
-  in one transaction, and every Delta table read whole with delta-rs.
+  in one transaction, and every Delta table read whole with delta-rs;
+* memory: the same verify in a process of its own, its peak resident set, next to the
+  size of the tables' rows in Arrow (what a comparison holding one side's rows in memory
+  would hold) and the same process's peak after importing alone.
 
 Writes ``benches/results/verify.md``.
 
@@ -44,6 +47,23 @@ def pgbench(cluster: PgCluster, *args: str) -> None:
                    check=True, capture_output=True)  # fmt: skip
 
 
+#: ``delta.verify`` in a process of its own, which prints its peak resident set (bytes).
+VERIFY = """
+import resource
+from pgwire_cdc import delta
+report = delta.verify({dsn!r}, {lake!r}, publication="pub", slot="s1", catch_up=True)
+assert report.equal, report.summary()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def peak_rss(code: str) -> int:
+    if "print(resource" not in code:
+        code += "\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)\n"
+    done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    return int(done.stdout.split()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scale", type=int, default=10)
@@ -72,10 +92,13 @@ def main() -> None:
                 conn.execute(f"SELECT count(*), sum(hashtext(t::text)) FROM {name} t").fetchone()
         source = time.perf_counter() - started
         started = time.perf_counter()
+        arrow_bytes = 0
         for name in TABLES:
-            delta.read_table(delta.table_path(lake, f"public.{name}"))
+            arrow_bytes += delta.read_table(delta.table_path(lake, f"public.{name}")).nbytes
         lake_read = time.perf_counter() - started
         rows = sum(t.source_rows for t in report.tables.values())
+        peak = peak_rss(VERIFY.format(dsn=cluster.dsn, lake=str(lake)))
+        imported = peak_rss(VERIFY.format(dsn=cluster.dsn, lake=str(lake)).split("\nreport")[0])
 
     baseline = source + lake_read
     lines = [
@@ -95,6 +118,12 @@ def main() -> None:
         "",
         f"verify / baseline: {verify / baseline:.1f}x; verify / initial copy:"
         f" {verify / copy:.1f}x.",
+        "",
+        "| memory | MB |",
+        "|---|---:|",
+        f"| the tables' rows in Arrow (one side, held whole) | {arrow_bytes / 2**20:,.0f} |",
+        f"| verify's process, peak resident | {peak / 2**20:,.0f} |",
+        f"| the same process after its imports alone | {imported / 2**20:,.0f} |",
         "",
     ]
     out = HERE / "results" / "verify.md"
