@@ -16,7 +16,8 @@ table in even ones; ``pgbench_history`` (no key) under REPLICA IDENTITY FULL. Th
 the worker keeps the four tables and meets one fault per run (:data:`FAULTS`): killed
 after a random while or at one of its own kill points (after a commit, between the tables
 of one batch, before the ack); its walsender ended by the server; the server restarted
-(``pg_ctl restart -m fast``) under it; a slow sink (a pause before each batch). At a
+under it (``pg_ctl restart -m fast``, or ``-m immediate``: a crash and recovery); a slow
+sink (a pause before each batch). At a
 random moment of half the rounds, schema changes (:data:`DDL`) run between two consumer
 runs: a column added with a constant default, a column renamed, a column added to the
 keyless table. Then one last run up to the source's WAL position, and the check:
@@ -36,6 +37,7 @@ new one) or while it started (a ``ConnectionError`` that says so).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -218,11 +220,14 @@ def end_walsender(db: Database) -> None:
     )
 
 
-def restart_server(db: Database, workload: Workload) -> None:
-    """``pg_ctl restart -m fast``: every connection ends, the consumer's and pgbench's
-    included; the test's own connection is made again."""
+def restart_server(db: Database, workload: Workload, mode: str) -> None:
+    """``pg_ctl restart -m mode``: every connection ends, the consumer's and pgbench's
+    included; the test's own connection is made again. ``fast``: the stop waits for the
+    consumer's walsender until the consumer confirms what it was sent or
+    ``wal_sender_timeout`` (60 s) ends it; ``immediate``: a crash, then recovery (slots
+    come back as their last checkpoint saved them: a consumer may be sent what it acked)."""
     workload.restarted = True
-    db.cluster.restart()
+    db.cluster.restart(mode, timeout=180)
     db.conn = db.cluster.connect(db.name)
 
 
@@ -243,7 +248,7 @@ def failed_run(worker: subprocess.Popen[bytes], fault: str, log: Path) -> str | 
     text = log.read_text(errors="replace").rsplit("--- run", 1)[-1]
     last = text.strip().splitlines()[-1] if text.strip() else ""
     lost = "ConnectionError" in last and any(m in last for m in CONNECTION_LOST)
-    if fault in ("walsender", "restart") and lost:
+    if (fault == "walsender" or fault.startswith("restart")) and lost:
         return None
     return f"a consumer run exited with {worker.returncode}: {text[-1500:]}"
 
@@ -321,9 +326,10 @@ def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) ->
                         worker, rnd.uniform(1, lifetime), lambda: end_walsender(db)
                     )
                 elif fault == "restart":
-                    lifetime -= wait_then(
-                        worker, rnd.uniform(1, lifetime), lambda: restart_server(db, workload)
-                    )
+                    mode = rnd.choice(("fast", "immediate"))
+                    fault = f"restart-{mode}"
+                    restart = functools.partial(restart_server, db, workload, mode)
+                    lifetime -= wait_then(worker, rnd.uniform(1, lifetime), restart)
                 try:
                     worker.wait(timeout=max(lifetime, 0.1))
                 except subprocess.TimeoutExpired:

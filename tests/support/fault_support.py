@@ -132,6 +132,12 @@ class StallProxy:
             for s in (src, dst):
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
+            # Each direction's thread closes the socket it reads: a connection that ended
+            # holds no descriptor (an HTTP client makes thousands).
+            with self.lock:
+                if src in self.sockets:
+                    self.sockets.remove(src)
+            src.close()
 
     def pause(self) -> None:
         self.forwarding.clear()

@@ -283,9 +283,11 @@ class PgCluster:
                 time.sleep(0.2)
         return False
 
-    def restart(self, mode: str = "fast") -> None:
+    def restart(self, mode: str = "fast", timeout: float | None = None) -> None:
         """``pg_ctl restart -m mode``: every connection ends; the server comes back on the
-        same port with the same data."""
+        same port with the same data (``immediate``: after crash recovery). ``timeout``:
+        seconds pg_ctl waits for the stop and the start each (a fast stop waits for
+        logical walsenders until their consumers confirm, or ``wal_sender_timeout``)."""
         self._pg_ctl_or_raise(
             [
                 "restart",
@@ -297,7 +299,7 @@ class PgCluster:
                 str(self.logfile),
                 "-w",
                 "-t",
-                str(self.start_timeout),
+                str(timeout or self.start_timeout),
             ]
         )
         if not self._wait_ready():

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from ..errors import ConnectionError
 from ..lakehouse.shape import lake_shape
 
 if TYPE_CHECKING:
@@ -78,13 +79,27 @@ def snapshot_frame(
 @contextmanager
 def package_errors() -> Iterator[None]:
     """Turns Spark's failure to find the package on its workers into the error that says
-    how to make it found (:func:`~pgwire_cdc.spark.sessions.missing_package_error`)."""
+    how to make it found (:func:`~pgwire_cdc.spark.sessions.missing_package_error`), and a
+    task's finding that the exported snapshot ended into a :class:`ConnectionError` (the
+    stream then says that a new run takes a new snapshot)."""
     from .sessions import missing_package_error
 
     try:
         yield
     except Exception as e:
-        clear = missing_package_error(e)
+        clear: Exception | None = missing_package_error(e)
+        if clear is None and SNAPSHOT_GONE in str(e):
+            # A task found the exported snapshot ended: its replication connection went
+            # (the walsender was ended, the server restarted) while Spark read the copy.
+            clear = ConnectionError(
+                "the exported snapshot ended while Spark tasks read the initial copy (its"
+                " replication connection went)"
+            )
         if clear is None:
             raise
         raise clear from e
+
+
+#: The name of the error a Spark task raises when the snapshot it reads under has ended
+#: (:class:`~pgwire_cdc.spark.snapshot.SnapshotGoneError`), as Spark's error text holds it.
+SNAPSHOT_GONE = "SnapshotGoneError"
