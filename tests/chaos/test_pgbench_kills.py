@@ -274,10 +274,14 @@ def verified(db: Database, path: Path) -> list[str]:
         from pgwire_cdc.spark import session
 
         conf = iceberg.local_catalog_conf("lake", str(path))
+        # A session of this round's own: a catalog, once loaded, stays what it was.
         spark = session("chaos_verify", "local[1]", iceberg=True, **conf)
-        report = iceberg.verify(
-            db.dsn, "lake", "chaos", publication="pub", slot="s1", spark=spark, catch_up=True
-        )
+        try:
+            report = iceberg.verify(
+                db.dsn, "lake", "chaos", publication="pub", slot="s1", spark=spark, catch_up=True
+            )
+        finally:
+            spark.stop()
     else:
         report = delta.verify(db.dsn, str(path), publication="pub", slot="s1", catch_up=True)
     return [line for line in report.summary().splitlines() if "DIFFERS" in line]
