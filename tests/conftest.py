@@ -270,6 +270,8 @@ def _test_name(item: pytest.Item) -> str:
 #: (a JVM, or a Connect server). Tests that start one in their body say ``server``.
 SPARK_FIXTURES = {
     *("spark", "spark_in", "classic_spark", "connect_spark", "iceberg_spark", "iceberg_spark_in"),
+    # The object-store suite's session: conftest.py's classic one, looked up by name.
+    "local_spark",
 }
 SERVER_FIXTURES = {
     *("pg", "db", "pg15_cluster", "pg18_cluster"),
