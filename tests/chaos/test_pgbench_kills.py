@@ -30,9 +30,10 @@ transactions the lake lacks: a ``test_decoding`` slot made before the workload k
 change, so the report gives each lost row's transaction (xid, commit LSN) next to the
 positions the lake's Delta logs recorded and each consumer run's snapshots, slots and
 start positions. A consumer run that ends with an error of its own fails the round too,
-with its last lines, unless the fault ended its connection during its initial snapshot
-(which cannot go on over a new connection: the error says so, and the next run takes a
-new one) or while it started (a ``ConnectionError`` that says so).
+with its last lines, unless it is the ``ConnectionError`` of a server restarted while the
+consumer started or set up (a stream reconnects only once it streams), or of a walsender
+ended during the initial snapshot (which cannot go on over a new connection: the error
+says so, and the next run takes a new one).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import functools
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -232,23 +234,22 @@ def restart_server(db: Database, workload: Workload, mode: str) -> None:
 
 
 #: What a consumer says when a fault ended its connection during its initial snapshot
-#: (which cannot go on over a new connection), or while it started (before it streams,
-#: there is nothing to reconnect): the errors a fault may end a run with.
-CONNECTION_LOST = (
-    "a new snapshot is taken (the copy starts over)",
-    "the connection to PostgreSQL was lost",
-)
+#: (which cannot go on over a new connection): an error a walsender's end may end a run
+#: with. A restart may end one with any ConnectionError: the server is down a moment, and a
+#: consumer that starts or sets up then cannot connect (a stream reconnects only once it
+#: streams).
+SNAPSHOT_LOST = "a new snapshot is taken (the copy starts over)"
 
 
 def failed_run(worker: subprocess.Popen[bytes], fault: str, log: Path) -> str | None:
-    """The last lines of a consumer run that ended by an error of its own (not a kill), but
-    for a connection the fault ended during the initial snapshot; else None."""
+    """The last lines of a consumer run that ended by an error of its own (not a kill),
+    but for the connection errors a fault may cause (:data:`SNAPSHOT_LOST`); else None."""
     if worker.returncode in (0, -signal.SIGKILL):
         return None
     text = log.read_text(errors="replace").rsplit("--- run", 1)[-1]
-    last = text.strip().splitlines()[-1] if text.strip() else ""
-    lost = "ConnectionError" in last and any(m in last for m in CONNECTION_LOST)
-    if (fault == "walsender" or fault.startswith("restart")) and lost:
+    raised = re.findall(r"^([\w.]+): ", text, flags=re.M)
+    lost = bool(raised) and raised[-1] == "pgwire_cdc.errors.ConnectionError"
+    if lost and (fault.startswith("restart") or (fault == "walsender" and SNAPSHOT_LOST in text)):
         return None
     return f"a consumer run exited with {worker.returncode}: {text[-1500:]}"
 

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from .. import _native
 from ..errors import ConfigError
 from ..tables import unsliced
-from .shape import CHANGE_FEED_COLUMN
+from .shape import CHANGE_FEED_COLUMN, data_columns
 
 #: The key's digest and the compared values' digest.
 KEY_DIGEST = "_k"
@@ -47,11 +47,17 @@ def digests(table: pa.Table, keys: list[str] | None, columns: list[str]) -> pa.T
         return pa.table({ROW_DIGEST: digest(table, columns)})
     return pa.table(
         {
-            **{k: table[k] for k in keys},
+            **{k: owned(table[k]) for k in keys},
             KEY_DIGEST: digest(table, keys),
             ROW_DIGEST: digest(table, columns),
         }
     )
+
+
+def owned(column: pa.ChunkedArray) -> pa.Array:
+    """``column`` in buffers of its own: a column read from a file shares one buffer with
+    the batch's other columns, which it would otherwise keep alive."""
+    return pa.concat_arrays(column.chunks) if column.num_chunks else column.combine_chunks()
 
 
 def as_types(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -118,7 +124,9 @@ class LakeDigests:
         found = digests(compared, keys, self.schema.names)
         if keys is not None:
             # The key columns as the lake holds them (a Spark task's output types).
-            found = pa.table({**{k: rows[k] for k in keys}, **{c: found[c] for c in DIGESTS}})
+            found = pa.table(
+                {**{k: owned(rows[k]) for k in keys}, **{c: found[c] for c in DIGESTS}}
+            )
         return pa.RecordBatch.from_arrays(
             [found[c].combine_chunks() for c in found.column_names], names=found.column_names
         )
@@ -132,8 +140,9 @@ DIGESTS = (KEY_DIGEST, ROW_DIGEST)
 
 
 class Spill:
-    """One source table's snapshot rows, written to an Arrow IPC file in ``directory`` as
-    they come and read back batch by batch."""
+    """One source table's snapshot rows (their data columns: a snapshot's change rows
+    carry nothing else), written to an Arrow IPC file in ``directory`` as they come and
+    read back batch by batch."""
 
     def __init__(self, directory: str | os.PathLike[str], number: int) -> None:
         self.path = Path(directory) / f"table-{number}.arrow"
@@ -143,6 +152,7 @@ class Spill:
         self._writer: pa.ipc.RecordBatchFileWriter | None = None
 
     def write(self, table: pa.Table) -> None:
+        table = table.select(data_columns(table))
         if self._writer is None:
             self.schema = table.schema
             self._sink = pa.OSFile(str(self.path), "wb")
@@ -156,7 +166,8 @@ class Spill:
     def template(self, schema: pa.Schema) -> None:
         """The schema of a table the snapshot found no rows in."""
         if self.schema is None:
-            self.schema = schema
+            empty = schema.empty_table()
+            self.schema = empty.select(data_columns(empty)).schema
 
     def close(self) -> None:
         if self._writer is not None:
@@ -169,10 +180,12 @@ class Spill:
         self.close()
         if not self.path.exists():
             return
-        # Not closed here: batches read from the map keep it alive as long as they live.
-        reader = pa.ipc.open_file(pa.memory_map(str(self.path)))
-        for i in range(reader.num_record_batches):
-            yield reader.get_batch(i)
+        # Read, not memory-mapped: a batch's memory goes with the batch, and the file's
+        # pages never count as the process's own.
+        with pa.OSFile(str(self.path)) as source:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
 
     def select(self, keys: list[str], wanted: pa.Array) -> pa.Table:
         """The rows whose key digest is among ``wanted``."""

@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -581,45 +582,69 @@ def compare(
     return side.compare(name, SourceSide(digests(source, keys, columns), None, keys))
 
 
+@dataclass
+class KeyMatch:
+    """Rows of the source and of the lake matched by key digest (sorted, then searched:
+    arrays of a few machine words per row, no hash table): indices into either side."""
+
+    #: Source rows whose key the lake lacks, and those whose values differ from the lake
+    #: row of their key (its first, in the lake's order).
+    missing: np.ndarray
+    different: np.ndarray
+    #: The first lake row of each key the source lacks; of each key held more than once.
+    extra: np.ndarray
+    duplicated: np.ndarray
+    #: Lake rows past the first of their key.
+    copies: int
+
+
+def _match(source: pa.Table, lake: pa.Table) -> KeyMatch:
+    ks, ds = _numbers(source[KEY_DIGEST]), _numbers(source[ROW_DIGEST])
+    kl, dl = _numbers(lake[KEY_DIGEST]), _numbers(lake[ROW_DIGEST])
+    order = np.argsort(kl, kind="stable")
+    sorted_keys = kl[order]
+    starts = np.ones(len(order), dtype=bool)
+    starts[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    keys, firsts = sorted_keys[starts], order[starts]  # each key once, its first row
+    counts = np.diff(np.append(np.flatnonzero(starts), len(order)))
+    del order, sorted_keys, starts
+    at = np.minimum(np.searchsorted(keys, ks), max(len(keys) - 1, 0))
+    found = keys[at] == ks if len(keys) else np.zeros(len(ks), dtype=bool)
+    missing = np.flatnonzero(~found)
+    different = np.flatnonzero(found & (dl[firsts[at]] != ds)) if len(keys) else missing[:0]
+    held = np.sort(ks)
+    back = np.minimum(np.searchsorted(held, keys), max(len(held) - 1, 0))
+    in_source = held[back] == keys if len(held) else np.zeros(len(keys), dtype=bool)
+    return KeyMatch(
+        missing=missing,
+        different=different,
+        extra=firsts[~in_source],
+        duplicated=firsts[counts > 1],
+        copies=int((counts - 1).sum()),
+    )
+
+
+def _numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    numbers: np.ndarray = array.to_numpy(zero_copy_only=False)
+    return numbers
+
+
 def _compare_keyed(report: TableReport, source: pa.Table, lake: pa.Table, keys: list[str]) -> None:
-    s = pa.table(
-        {
-            "_k": source[KEY_DIGEST],
-            "_d": source[ROW_DIGEST],
-            "_i": pa.array(range(source.num_rows), pa.int64()),
-        }
-    )
-    l_all = pa.table(
-        {
-            "_k": lake[KEY_DIGEST],
-            "_d": lake[ROW_DIGEST],
-            "_i": pa.array(range(lake.num_rows), pa.int64()),
-        }
-    )
+    found = _match(source, lake)
+    report.missing = len(found.missing)
+    report.different = len(found.different)
     # A key the lake holds more than once: each copy past the first is extra.
-    counts = l_all.group_by("_k").aggregate([("_i", "min"), ("_i", "count")])
-    report.extra += int(pc.sum(pc.subtract(counts["_i_count"], 1)).as_py() or 0)
-    dupes = counts.filter(pc.greater(counts["_i_count"], 1))
-    first = pc.is_in(l_all["_i"], value_set=counts["_i_min"])
-    l_one = l_all.filter(first)
-    joined = s.join(l_one, "_k", join_type="full outer", left_suffix="_s", right_suffix="_l")
-    missing = joined.filter(pc.is_null(joined["_d_l"]))
-    extra = joined.filter(pc.is_null(joined["_d_s"]))
-    both = joined.filter(pc.and_(pc.is_valid(joined["_d_s"]), pc.is_valid(joined["_d_l"])))
-    different = both.filter(pc.not_equal(both["_d_s"], both["_d_l"]))
-    report.missing = missing.num_rows
-    report.extra += extra.num_rows
-    report.different = different.num_rows
-    keyed = [
-        ("missing", source, missing["_i_s"]),
-        ("extra", lake, extra["_i_l"]),
-        ("different", source, different["_i_s"]),
+    report.extra = len(found.extra) + found.copies
+    kinds = [
+        ("missing", source, found.missing),
+        ("extra", lake, found.extra),
+        ("different", source, found.different),
+        ("extra", lake, found.duplicated),
     ]
-    if dupes.num_rows:
-        keyed.append(("extra", lake, dupes["_i_min"]))
-    for kind, table, rows in keyed:
+    for kind, table, rows in kinds:
         if len(rows):
-            picked = table.take(sorted(rows.to_pylist())[:EXAMPLES])
+            picked = table.take(pa.array(np.sort(rows)[:EXAMPLES]))
             report.examples.setdefault(kind, [])
             report.examples[kind] += _examples(picked, keys)
     report.examples = {k: v[:EXAMPLES] for k, v in report.examples.items()}
@@ -680,25 +705,18 @@ def _repair(
         format.write(ref, whole.select(lake.schema.names), "overwrite", mark)
         found.upserted, found.deleted = found.missing, found.extra
         return True
-    digests_of_lake = dict(
-        zip(lake.rows[KEY_DIGEST].to_pylist(), lake.rows[ROW_DIGEST].to_pylist(), strict=True)
-    )
     at_source = source.digests
-    upsert = [
-        k
-        for k, d in zip(
-            at_source[KEY_DIGEST].to_pylist(), at_source[ROW_DIGEST].to_pylist(), strict=True
-        )
-        if digests_of_lake.get(k) != d
-    ]
+    matched = _match(at_source, lake.rows)
+    wrong = np.concatenate([matched.missing, matched.different])
+    upsert = pa.array(_numbers(at_source[KEY_DIGEST])[wrong], pa.int64())
     gone = lake.rows.filter(
         pc.invert(pc.is_in(lake.rows[KEY_DIGEST], value_set=at_source[KEY_DIGEST]))
     )
-    if not upsert and not gone.num_rows:
+    if not len(upsert) and not gone.num_rows:
         return False
     template = source.spill.schema.empty_table()
     columns = lake.schema.names
-    rows = source.rows(pa.array(upsert, pa.int64())).select(columns)
+    rows = source.rows(upsert).select(columns)
     deleted = _key_rows(gone, keys, rows.schema)
     kinds = ["insert"] * len(rows) + ["delete"] * len(deleted)
     changes = made_changes(template.schema, pa.concat_tables([rows, deleted]), kinds, mark.lsn)
