@@ -608,11 +608,16 @@ def _match(source: pa.Table, lake: pa.Table) -> KeyMatch:
     keys, firsts = sorted_keys[starts], order[starts]  # each key once, its first row
     counts = np.diff(np.append(np.flatnonzero(starts), len(order)))
     del order, sorted_keys, starts
-    at = np.minimum(np.searchsorted(keys, ks), max(len(keys) - 1, 0))
+    # Both sides sorted: each search walks forward through memory, not at random.
+    by_key = np.argsort(ks, kind="stable")
+    held = ks[by_key]
+    at = np.empty(len(ks), dtype=np.intp)
+    at[by_key] = np.searchsorted(keys, held)
+    del by_key
+    at = np.minimum(at, max(len(keys) - 1, 0))
     found = keys[at] == ks if len(keys) else np.zeros(len(ks), dtype=bool)
     missing = np.flatnonzero(~found)
     different = np.flatnonzero(found & (dl[firsts[at]] != ds)) if len(keys) else missing[:0]
-    held = np.sort(ks)
     back = np.minimum(np.searchsorted(held, keys), max(len(held) - 1, 0))
     in_source = held[back] == keys if len(held) else np.zeros(len(keys), dtype=bool)
     return KeyMatch(
