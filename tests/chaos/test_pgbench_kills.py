@@ -9,9 +9,10 @@ lives 20 to 45 s instead of 3 to 9 (its session takes seconds to start), and the
 runs 90 s instead of 40.
 
 Each round, on a fresh database of the PostgreSQL 15 cluster, with the DDL capture
-installed: ``pgbench -i -s 3``, with ``pgbench_accounts`` split in 4 partitions and
-published through its root (``publish_via_partition_root``) in odd rounds, as one plain
-table in even ones; ``pgbench_history`` (no key) under REPLICA IDENTITY FULL. Then
+installed: ``pgbench -i -s 3``, with ``pgbench_accounts`` in turn split in 4 partitions
+published through their root (``publish_via_partition_root``), one plain table, and split
+in 4 partitions published as themselves (four tables in the lake); ``pgbench_history``
+(no key) under REPLICA IDENTITY FULL. Then
 ``pgbench -c 4`` for the workload's seconds (in segments: a server restart ends one) while
 the worker keeps the four tables and meets one fault per run (:data:`FAULTS`): killed
 after a random while or at one of its own kill points (after a commit, between the tables
@@ -96,6 +97,18 @@ DDL = (
     "ALTER TABLE pgbench_history ADD COLUMN note text",
 )
 TABLES = ("pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history")
+#: The accounts table: split in 4 partitions published through their root, one plain
+#: table, or split in 4 partitions published as themselves (four tables in the lake).
+LAYOUTS = ("partitions", "plain", "leaves")
+PARTITIONS = 4
+
+
+def lake_tables(layout: str) -> tuple[str, ...]:
+    """The tables the lake keeps in ``layout``."""
+    if layout != "leaves":
+        return TABLES
+    return (*(f"pgbench_accounts_{i}" for i in range(1, PARTITIONS + 1)), *TABLES[1:])
+
 
 pytestmark = pytest.mark.timeout(int(MINUTES * 60) + 900)
 
@@ -118,9 +131,9 @@ def pgbench(cluster: PgCluster, db: Database, *args: str) -> subprocess.Popen[st
     )
 
 
-def source_state(db: Database) -> dict[str, Counter[Any]]:
+def source_state(db: Database, tables: tuple[str, ...]) -> dict[str, Counter[Any]]:
     out: dict[str, Counter[Any]] = {}
-    for name in TABLES:
+    for name in tables:
         rows = db.conn.execute(f"SELECT * FROM {name}").fetchall()
         out[name] = Counter(tuple(str(v) for v in row) for row in rows)
     return out
@@ -128,7 +141,7 @@ def source_state(db: Database) -> dict[str, Counter[Any]]:
 
 def lake_state(path: Path, columns: dict[str, list[str]]) -> dict[str, Counter[Any]]:
     out: dict[str, Counter[Any]] = {}
-    for name in TABLES:
+    for name in columns:
         if SINK == "iceberg":
             catalog = iceberg.local_catalog("lake", path)
             table = iceberg.read_table(catalog, f"chaos.{default_table_name('public.' + name)}")
@@ -145,7 +158,8 @@ def lost_transactions(db: Database, missing: list[tuple[Any, ...]], name: str) -
     history, whose rows carry the account)."""
     found = []
     for row in missing[:3]:
-        column = "aid" if name in ("pgbench_accounts", "pgbench_history") else name[8:-1] + "id"
+        accounts = name.startswith("pgbench_accounts") or name == "pgbench_history"
+        column = "aid" if accounts else name[8:-1] + "id"
         value = row[2] if name == "pgbench_history" else row[0]
         hits = db.conn.execute(
             "WITH c AS (SELECT lsn, xid, data FROM pg_logical_slot_peek_changes('audit', NULL,"
@@ -157,11 +171,11 @@ def lost_transactions(db: Database, missing: list[tuple[Any, ...]], name: str) -
     return found
 
 
-def positions(path: Path) -> dict[str, list[str]]:
+def positions(path: Path, tables: tuple[str, ...]) -> dict[str, list[str]]:
     """Per table, the positions its Delta log recorded, oldest first (none for Iceberg:
     its snapshots' summaries say them, ``SELECT summary FROM t.snapshots``)."""
     out: dict[str, list[str]] = {}
-    for name in TABLES if SINK != "iceberg" else ():
+    for name in tables if SINK != "iceberg" else ():
         log = Path(delta.table_path(path, f"public.{name}")) / "_delta_log"
         marks = []
         for entry in sorted(log.glob("*.json")):
@@ -254,7 +268,7 @@ def failed_run(worker: subprocess.Popen[bytes], fault: str, log: Path) -> str | 
     return f"a consumer run exited with {worker.returncode}: {text[-1500:]}"
 
 
-def source_columns(db: Database) -> dict[str, list[str]]:
+def source_columns(db: Database, tables: tuple[str, ...]) -> dict[str, list[str]]:
     return {
         name: [
             r[0]
@@ -264,7 +278,7 @@ def source_columns(db: Database) -> dict[str, list[str]]:
                 (name,),
             ).fetchall()
         ]
-        for name in TABLES
+        for name in tables
     }
 
 
@@ -290,7 +304,9 @@ def verified(db: Database, path: Path) -> list[str]:
 
 def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) -> dict[str, Any]:
     with fresh_database(cluster) as db:
-        init = ["-i", "-q", "-s", "3", *(["--partitions", "4"] if layout == "partitions" else [])]
+        split = ["--partitions", str(PARTITIONS)] if layout != "plain" else []
+        init = ["-i", "-q", "-s", "3", *split]
+        tables = lake_tables(layout)
         pgbench(cluster, db, *init).communicate()
         db.conn.execute("ALTER TABLE pgbench_history REPLICA IDENTITY FULL")
         install_ddl_capture(db.dsn)
@@ -355,14 +371,14 @@ def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) ->
         )
         assert last.returncode == 0, last.stderr[-3000:]
         problems += verified(db, path)
-        source = source_state(db)
-        lake = lake_state(path, source_columns(db))
+        source = source_state(db, tables)
+        lake = lake_state(path, source_columns(db, tables))
         report: dict[str, Any] = {
             "layout": layout,
             "faults": dict(Counter(faults)),
             "until": int_to_lsn(until),
         }
-        for name in TABLES:
+        for name in tables:
             missing = sorted((source[name] - lake[name]).elements())
             extra = sorted((lake[name] - source[name]).elements())
             if missing or extra:
@@ -372,7 +388,7 @@ def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) ->
                 )
         if problems:
             report["problems"] = problems
-            report["positions"] = {k: v[-12:] for k, v in positions(path).items()}
+            report["positions"] = {k: v[-12:] for k, v in positions(path, tables).items()}
             report["runs"] = [
                 line
                 for line in log.read_text().splitlines()
@@ -389,7 +405,7 @@ def test_pgbench_under_faults_ends_equal(pg15_cluster: PgCluster, tmp_path: Path
     deadline = time.monotonic() + MINUTES * 60
     rounds: list[dict[str, Any]] = []
     while not rounds or time.monotonic() < deadline:
-        layout = "partitions" if len(rounds) % 2 == 0 else "plain"
+        layout = LAYOUTS[len(rounds) % len(LAYOUTS)]
         report = one_round(pg15_cluster, rnd, layout, tmp_path)
         print(f"seed {SEED} round {len(rounds)}: {json.dumps(report)}", flush=True)
         rounds.append(report)
