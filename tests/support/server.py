@@ -286,8 +286,10 @@ class PgCluster:
     def restart(self, mode: str = "fast", timeout: float | None = None) -> None:
         """``pg_ctl restart -m mode``: every connection ends; the server comes back on the
         same port with the same data (``immediate``: after crash recovery). ``timeout``:
-        seconds pg_ctl waits for the stop and the start each (a fast stop waits for
-        logical walsenders until their consumers confirm, or ``wal_sender_timeout``)."""
+        seconds pg_ctl waits for the stop and the start each (a fast stop waits until each
+        logical walsender has sent the WAL up to the shutdown checkpoint and its consumer
+        confirmed it: a consumer behind by minutes of changes holds the stop that long)."""
+        wait = int(timeout or self.start_timeout)
         self._pg_ctl_or_raise(
             [
                 "restart",
@@ -299,8 +301,9 @@ class PgCluster:
                 str(self.logfile),
                 "-w",
                 "-t",
-                str(timeout or self.start_timeout),
-            ]
+                str(wait),
+            ],
+            timeout=2 * wait + 30,
         )
         if not self._wait_ready():
             raise PgClusterError(f"{self.name} did not come back after a restart")
@@ -311,8 +314,9 @@ class PgCluster:
             self._pg_ctl_or_raise(["stop", "-D", str(self.datadir), "-m", mode, "-w"])
             self._running = False
 
-    def _pg_ctl_or_raise(self, args: list[str]) -> None:
-        result = self._run([str(self.bindir / "pg_ctl"), *args], timeout=self.start_timeout + 30)
+    def _pg_ctl_or_raise(self, args: list[str], timeout: int | None = None) -> None:
+        pg_ctl = [str(self.bindir / "pg_ctl"), *args]
+        result = self._run(pg_ctl, timeout=timeout or self.start_timeout + 30)
         if result.returncode != 0:
             raise PgClusterError(
                 f"pg_ctl {args[0]} failed for {self.name}:\n{result.stdout}\n{result.stderr}"
