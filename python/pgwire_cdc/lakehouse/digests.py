@@ -146,12 +146,17 @@ class Spill:
 
     def __init__(self, directory: str | os.PathLike[str], number: int) -> None:
         self.path = Path(directory) / f"table-{number}.arrow"
+        #: The data columns the file holds; the change table's schema they came in (what
+        #: a repair's change rows are made in).
         self.schema: pa.Schema | None = None
+        self.change_schema: pa.Schema | None = None
         self.rows = 0
         self._sink: pa.NativeFile | None = None
         self._writer: pa.ipc.RecordBatchFileWriter | None = None
 
     def write(self, table: pa.Table) -> None:
+        if self.change_schema is None:
+            self.change_schema = table.schema
         table = table.select(data_columns(table))
         if self._writer is None:
             self.schema = table.schema
@@ -168,6 +173,7 @@ class Spill:
         if self.schema is None:
             empty = schema.empty_table()
             self.schema = empty.select(data_columns(empty)).schema
+            self.change_schema = schema
 
     def close(self) -> None:
         if self._writer is not None:

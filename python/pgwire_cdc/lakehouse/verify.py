@@ -719,12 +719,13 @@ def _repair(
     )
     if not len(upsert) and not gone.num_rows:
         return False
-    template = source.spill.schema.empty_table()
+    assert source.spill.change_schema is not None
     columns = lake.schema.names
     rows = source.rows(upsert).select(columns)
     deleted = _key_rows(gone, keys, rows.schema)
     kinds = ["insert"] * len(rows) + ["delete"] * len(deleted)
-    changes = made_changes(template.schema, pa.concat_tables([rows, deleted]), kinds, mark.lsn)
+    made = pa.concat_tables([rows, deleted])
+    changes = made_changes(source.spill.change_schema, made, kinds, mark.lsn)
     if CHANGE_FEED_COLUMN in format.schema(ref).names:
         # A repaired row is the source's row as of the LSN the table was compared at.
         columns = [*columns, CHANGE_FEED_COLUMN]
