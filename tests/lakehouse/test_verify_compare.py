@@ -2,7 +2,8 @@
 table at a given position holds (``held_rows``), the comparison of two tables by key and
 as multisets (``compare``): counts and example keys of each kind of difference; and the
 source as of a position from a snapshot spilled to disk and the changes after it
-(``_source_at``), read back only for the keys those changes touched."""
+(``_source_at``), read back only for the keys those changes touched; and a repair
+(``_repair``) on every kind of lake table of the offline suites."""
 
 from __future__ import annotations
 
@@ -16,9 +17,17 @@ from pgwire_cdc.lakehouse.digests import KEY_DIGEST, ROW_DIGEST, Spill, digests
 from pgwire_cdc.lakehouse.format import TablePosition
 from pgwire_cdc.lakehouse.positions import Mark
 from pgwire_cdc.lakehouse.shape import data_columns, lake_shape
-from pgwire_cdc.lakehouse.verify import LakeSide, _source_at, compare, held_rows
+from pgwire_cdc.lakehouse.vanished import made_changes
+from pgwire_cdc.lakehouse.verify import (
+    LakeSide,
+    _read_lake,
+    _repair,
+    _source_at,
+    compare,
+    held_rows,
+)
 from pgwire_cdc.tables import key_columns
-from support.lakes import BAG, KEYED, random_transaction, source
+from support.lakes import BAG, KEYED, Lake, as_multiset, random_transaction, source
 
 
 def changes(rows: list[tuple[int, int, int]]) -> pa.Table:
@@ -148,3 +157,39 @@ def test_the_source_as_of_a_position_from_a_spilled_snapshot(tmp_path: Path, see
             assert sorted(back.to_pylist(), key=lambda r: r["id"]) == sorted(
                 src.rows(name), key=lambda r: r["id"]
             )
+
+
+def test_a_repair_makes_the_lake_equal_the_source(lake: Lake, tmp_path: Path) -> None:
+    """A lake that lacks the source's later transactions (rows changed, moved to new keys,
+    deleted, inserted) compared with the source's rows and repaired: one commit per table
+    keeping the table's position, and the lake then holds the source's rows (keyed and
+    keyless)."""
+    rng = random.Random(7)
+    src = source()
+    next_id = [0]
+    for _ in range(4):
+        random_transaction(src, rng, next_id)
+    sink = lake.sink()
+    sink.apply(src.batch())
+    for _ in range(8):
+        random_transaction(src, rng, next_id)
+    later = src.batch()  # never applied: the lake now differs from the source
+    for number, name in enumerate((KEYED, BAG)):
+        changes = later.tables[name]
+        data = pa.Table.from_pylist(
+            src.rows(name), schema=changes.select(data_columns(changes)).schema
+        )
+        spill = Spill(tmp_path, number)
+        spill.write(made_changes(changes.schema, data, ["read"] * data.num_rows, 1))
+        spill.close()
+        ref = lake.format.ref(name)
+        before = lake.format.position(ref)
+        side = _read_lake(lake.format, name, spill)
+        found = side.compare(name, _source_at(spill, [], side, 0))
+        assert not found.equal
+        assert _repair(lake.format, name, found, _source_at(spill, [], side, 0), side)
+        after = lake.format.position(ref)
+        assert before is not None and after is not None and after.lsn == before.lsn
+        assert as_multiset(lake.rows(name)) == as_multiset(src.rows(name))
+        again = _read_lake(lake.format, name, spill)
+        assert again.compare(name, _source_at(spill, [], again, 0)).equal
