@@ -119,6 +119,9 @@ class SetupConnection:
         self._on_open = on_open
         #: The open connection; None once closed, or lost and not yet opened again.
         self.conn: psycopg.Connection[Any] | None = conn
+        #: Whether the server refused the last attempt to open it again (it shuts down,
+        #: say), until an attempt succeeds.
+        self.refused = False
 
     @property
     def usable(self) -> bool:
@@ -133,7 +136,12 @@ class SetupConnection:
         try:
             if not self.usable:
                 self.close()
-                conn = connect(self._dsn)
+                try:
+                    conn = connect(self._dsn)
+                except ConnectionError:
+                    self.refused = True
+                    raise
+                self.refused = False
                 self._on_open(conn)
                 self.conn = conn
             assert self.conn is not None

@@ -707,7 +707,23 @@ class _Stream:
         )
         pauses = signals.Pauses()
         lsn_max = 2**64 - 1
+        refusal_met = False
         while True:
+            if setup.refused and not refusal_met:
+                # New connections are refused while this one lives: the server is shutting
+                # down, most likely, and a shutdown waits until this walsender's consumer
+                # confirms everything (which may need the setup connection: a copy note
+                # before an ack). Let the walsender go; streaming resumes once the server
+                # takes connections again.
+                refusal_met = True
+                session.reconnect(
+                    ConnectionError(
+                        "the server refuses new connections (shutting down?): the"
+                        " replication connection is closed too, and opened again"
+                    )
+                )
+            elif not setup.refused:
+                refusal_met = False
             live = session.live
             assert live is not None
             busy = snapshots.active and pauses.paused_at is None

@@ -4,7 +4,8 @@ server, a network path that stalls (found by the stall time-out) or drops (a TCP
 loopback), and a server that stays down (the configured attempts, then a clear
 ConnectionError). After every fault the consumer's copy, built from acked batches, equals
 the source, with nothing twice. Where no reconnect can apply (the snapshot's temporary slot
-gone before its ack, a restart while the stream sets up), a ConnectionError says so.
+gone before its ack, a restart while the stream sets up), a ConnectionError says so; a
+server refusing new connections gets the walsender back (a fast shutdown waits for it).
 """
 
 from __future__ import annotations
@@ -230,6 +231,58 @@ def test_a_restart_while_the_stream_starts_is_a_connection_error(
     own_db.conn = own_db.cluster.connect(own_db.name)
     batches = list(pgwire_cdc.stream(own_db.dsn, **options))
     assert batches[0].snapshot
+
+
+def test_refused_new_connections_let_the_walsender_go(
+    db: Database, workload: Workload, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The setup connection is lost while the server refuses new connections (as while it
+    shuts down, when a fast shutdown waits for every walsender's consumer to confirm what
+    it was sent; here the database refuses connections, ALLOW_CONNECTIONS false): the
+    stream closes its replication connection too, so the walsender goes, and once
+    connections are taken again it streams on, nothing lost, nothing twice."""
+    caplog.set_level(logging.INFO, logger="pgwire_cdc")
+    workload.run(20)
+    stream, mirror = start(db, idle_timeout=30, reconnect_delay=0.5, reconnect_attempts=10)
+    with psycopg.connect(db.cluster.dsn, autocommit=True) as other:
+        other.execute(f'ALTER DATABASE "{db.name}" WITH ALLOW_CONNECTIONS false')
+    db.conn.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname ="
+        " current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+    )
+    released = threading.Event()
+
+    def allow_once_released() -> None:
+        with psycopg.connect(db.cluster.dsn, autocommit=True) as conn:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                row = conn.execute(
+                    "SELECT active FROM pg_replication_slots WHERE slot_name = 's1'"
+                ).fetchone()
+                if row is not None and not row[0]:
+                    released.set()
+                    break
+                time.sleep(0.05)
+            conn.execute(f'ALTER DATABASE "{db.name}" WITH ALLOW_CONNECTIONS true')
+
+    allowing = threading.Thread(target=allow_once_released)
+    allowing.start()
+    try:
+        # The consumer goes on (the first batch meets the lost connection, the next the
+        # refusal, the one after lets the walsender go and waits for the server).
+        for _ in range(10):
+            workload.run(2)
+            mirror_until(stream, mirror, mark(db.conn))
+            if released.is_set():
+                break
+    finally:
+        allowing.join()
+    assert released.is_set(), "the walsender stayed while new connections were refused"
+    assert any("refuses new connections" in r.getMessage() for r in caplog.records)
+    workload.run(6)
+    mirror_until(stream, mirror, mark(db.conn))
+    stream.close()  # type: ignore[attr-defined]
+    assert_mirror_equals_source(db.conn, mirror)
 
 
 def test_fast_restart_mid_stream(own_db: Database, caplog: pytest.LogCaptureFixture) -> None:
