@@ -240,9 +240,10 @@ def restart_server(db: Database, workload: Workload, mode: str) -> None:
     """``pg_ctl restart -m mode``: every connection ends, the consumer's and pgbench's
     included; the test's own connection is made again. ``fast``: the stop waits until the
     consumer's walsender has sent every change up to the shutdown checkpoint and the
-    consumer confirmed them (PostgreSQL's rule for logical walsenders), so as long as the
-    consumer needs to apply its backlog; ``immediate``: a crash, then recovery (slots come
-    back as their last checkpoint saved them: a consumer may be sent what it acked)."""
+    consumer confirmed them (PostgreSQL's rule for logical walsenders), or the consumer
+    lets it go (the stream does once the server refuses it a new connection); pg_ctl is
+    given minutes for it; ``immediate``: a crash, then recovery (slots come back as their
+    last checkpoint saved them: a consumer may be sent what it acked)."""
     workload.restarted = True
     db.cluster.restart(mode, timeout=600)
     db.conn = db.cluster.connect(db.name)
