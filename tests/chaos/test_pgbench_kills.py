@@ -263,7 +263,8 @@ def failed_run(worker: subprocess.Popen[bytes], fault: str, log: Path) -> str | 
     if worker.returncode in (0, -signal.SIGKILL):
         return None
     text = log.read_text(errors="replace").rsplit("--- run", 1)[-1]
-    raised = re.findall(r"^([\w.]+): ", text, flags=re.M)
+    # The exception's own line (its message may go on over lines such as "DETAIL: ...").
+    raised = re.findall(r"^([\w.]+(?:Error|Exception)): ", text, flags=re.M)
     lost = bool(raised) and raised[-1] == "pgwire_cdc.errors.ConnectionError"
     if lost and (fault.startswith("restart") or (fault == "walsender" and SNAPSHOT_LOST in text)):
         return None
