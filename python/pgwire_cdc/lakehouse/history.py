@@ -156,9 +156,10 @@ def scd2_rows(found: pa.Table, current: pa.Table, columns: list[str], keys: list
     flag = pa.field("_gone", pa.bool_())
     return pa.concat_tables(
         [
-            versions.append_column(flag, pa.array([False] * versions.num_rows)),
-            kept.append_column(flag, pa.array([False] * kept.num_rows)),
-            gone.append_column(flag, pa.array([True] * gone.num_rows)),
+            # Typed: an empty list alone would make a column of nulls, not of booleans.
+            versions.append_column(flag, pa.array([False] * versions.num_rows, pa.bool_())),
+            kept.append_column(flag, pa.array([False] * kept.num_rows, pa.bool_())),
+            gone.append_column(flag, pa.array([True] * gone.num_rows, pa.bool_())),
         ]
     )
 
