@@ -27,6 +27,7 @@ from .shape import CHANGE_FEED_COLUMN, data_columns
 #: The key's digest and the compared values' digest.
 KEY_DIGEST = "_k"
 ROW_DIGEST = "_d"
+DIGESTS = (KEY_DIGEST, ROW_DIGEST)
 #: The columns a lake table holds besides the source's: soft deletes' and the change
 #: data feed's.
 DELETED_LSN = "_deleted_lsn"
@@ -134,9 +135,6 @@ class LakeDigests:
     def reduce(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             yield self(batch)
-
-
-DIGESTS = (KEY_DIGEST, ROW_DIGEST)
 
 
 class Spill:
