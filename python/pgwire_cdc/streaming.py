@@ -36,6 +36,7 @@ point and ``_tx_ordinal`` numbering them 0, 1, … in delivery order.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -456,73 +457,74 @@ class _Stream:
 
     def run(self) -> Iterator[Batch]:
         try:
-            prepared = _prepare(self.dsn, self.o)
-            self.in_recovery = prepared.in_recovery
-            self.tables = prepared.tables
-            self.setup = SetupConnection(self.dsn, prepared.conn, self._connection_opened)
-            if self.o.schema_watch:
-                self.watch = _schema_watch(prepared.conn, prepared.tables, self.o.held_shapes)
-            self.session = session = replication.LiveSession(
-                self.dsn,
-                self.slot,
-                prepared.session_options,
-                self.acks,
-                pacing.Reconnects(
-                    self.o.reconnect_attempts, self.o.reconnect_delay, self.o.reconnect_max_delay
-                ),
-                failover=self.o.failover,
-                metrics=self.metrics,
-            )
-            if self.metrics is not None:
-                self.metrics.watch(self.dsn)
-            existing = prepared.existing_slot
-            self.copies = copying.TableCopies(
-                self.setup,
-                self.slot,
-                self.o.publications,
-                snapshot=self.o.snapshot,
-                held_given=self.o.held_tables is not None,
-                in_recovery=prepared.in_recovery,
-                run_start=prepared.run_start,
-                caught_up=existing is None,
-                chunk_rows=self.o.chunk_rows,
-                published=(t.qualified for t in prepared.tables),
-            )
-            if existing is not None:
-                self.copies.plan(self.o.held_tables, prepared.tables, prepared.added)
-            self._listen(prepared.conn)
-            if existing is not None:
-                if self.o.failover and not existing.failover:
-                    admin.set_failover(self.dsn, self.slot)
-                    log.info("slot %s is now a failover slot", self.slot)
-                start = existing.confirmed_flush_lsn or 0
-                self.acks.acked(start)
-                session.connect()
-                session.start(self.slot, start)
-            elif self.o.snapshot:
-                consistent_point = yield from self._interrupted_copy_named()
-                if self.acks.snapshot_committed:
-                    assert session.repl is not None
-                    session.repl.drop_slot(replication.temporary_slot_name(self.slot))
-                    session.start(self.slot, consistent_point)
-                else:
-                    # The consumer has not acked the snapshot yet: stream on the
-                    # temporary slot; an ack that covers the snapshot makes it permanent.
-                    session.start(replication.temporary_slot_name(self.slot), consistent_point)
-            else:
-                _, consistent_point, _ = session.connect().create_slot(self.slot)
-                if self.o.failover:
-                    admin.set_failover(self.dsn, self.slot)
-                self.acks.acked(consistent_point)
-                session.start(self.slot, consistent_point)
-            yield from self._changes()
-        except psycopg.OperationalError as e:
-            lost = _lost(e)
-            if lost is None:
-                raise
-            raise lost from e
+            with _lost_connections():
+                yield from self._run()
         finally:
             self.close()
+
+    def _run(self) -> Iterator[Batch]:
+        """Sets up (catalog, slot, copies), then the initial snapshot or the slot's
+        stream, then the changes."""
+        prepared = _prepare(self.dsn, self.o)
+        self.in_recovery = prepared.in_recovery
+        self.tables = prepared.tables
+        self.setup = SetupConnection(self.dsn, prepared.conn, self._connection_opened)
+        if self.o.schema_watch:
+            self.watch = _schema_watch(prepared.conn, prepared.tables, self.o.held_shapes)
+        self.session = session = replication.LiveSession(
+            self.dsn,
+            self.slot,
+            prepared.session_options,
+            self.acks,
+            pacing.Reconnects(
+                self.o.reconnect_attempts, self.o.reconnect_delay, self.o.reconnect_max_delay
+            ),
+            failover=self.o.failover,
+            metrics=self.metrics,
+        )
+        if self.metrics is not None:
+            self.metrics.watch(self.dsn)
+        existing = prepared.existing_slot
+        self.copies = copying.TableCopies(
+            self.setup,
+            self.slot,
+            self.o.publications,
+            snapshot=self.o.snapshot,
+            held_given=self.o.held_tables is not None,
+            in_recovery=prepared.in_recovery,
+            run_start=prepared.run_start,
+            caught_up=existing is None,
+            chunk_rows=self.o.chunk_rows,
+            published=(t.qualified for t in prepared.tables),
+        )
+        if existing is not None:
+            self.copies.plan(self.o.held_tables, prepared.tables, prepared.added)
+        self._listen(prepared.conn)
+        if existing is not None:
+            if self.o.failover and not existing.failover:
+                admin.set_failover(self.dsn, self.slot)
+                log.info("slot %s is now a failover slot", self.slot)
+            start = existing.confirmed_flush_lsn or 0
+            self.acks.acked(start)
+            session.connect()
+            session.start(self.slot, start)
+        elif self.o.snapshot:
+            consistent_point = yield from self._interrupted_copy_named()
+            if self.acks.snapshot_committed:
+                assert session.repl is not None
+                session.repl.drop_slot(replication.temporary_slot_name(self.slot))
+                session.start(self.slot, consistent_point)
+            else:
+                # The consumer has not acked the snapshot yet: stream on the
+                # temporary slot; an ack that covers the snapshot makes it permanent.
+                session.start(replication.temporary_slot_name(self.slot), consistent_point)
+        else:
+            _, consistent_point, _ = session.connect().create_slot(self.slot)
+            if self.o.failover:
+                admin.set_failover(self.dsn, self.slot)
+            self.acks.acked(consistent_point)
+            session.start(self.slot, consistent_point)
+        yield from self._changes()
 
     # -- the setup connection ----------------------------------------------------------
 
@@ -541,13 +543,8 @@ class _Stream:
     # -- acknowledgement ---------------------------------------------------------------
 
     def ack(self, seq: int, lsn: int, snapshot_batch: bool) -> None:
-        try:
+        with _lost_connections():
             self._ack(seq, lsn, snapshot_batch)
-        except psycopg.OperationalError as e:
-            lost = _lost(e)
-            if lost is None:
-                raise
-            raise lost from e
 
     def _ack(self, seq: int, lsn: int, snapshot_batch: bool) -> None:
         decision = self.acks.ack(seq, lsn, snapshot_batch)
@@ -1126,17 +1123,21 @@ def stream(
     return _governed(state.run(), governed)
 
 
-def _lost(e: psycopg.OperationalError) -> ConnectionError | None:
-    """``e`` as :class:`ConnectionError` when it says the connection is gone where no
-    reconnect applies (while the stream starts, or on the setup connection during an ack):
-    no SQLSTATE (the client saw the socket close) or class 57P (the server shut down or
-    ended the backend); else None."""
-    if e.sqlstate is not None and not e.sqlstate.startswith("57P"):
-        return None
-    return ConnectionError(
-        f"the connection to PostgreSQL was lost ({str(e).splitlines()[0]}): run again once"
-        " the server is back (nothing acked is delivered again, nothing unacked is lost)"
-    )
+@contextlib.contextmanager
+def _lost_connections() -> Iterator[None]:
+    """Raises a lost connection as :class:`ConnectionError` where no reconnect applies
+    (while the stream starts, or on the setup connection during an ack): a
+    ``psycopg.OperationalError`` with no SQLSTATE (the client saw the socket close) or of
+    class 57P (the server shut down or ended the backend); other errors pass as they are."""
+    try:
+        yield
+    except psycopg.OperationalError as e:
+        if e.sqlstate is not None and not e.sqlstate.startswith("57P"):
+            raise
+        raise ConnectionError(
+            f"the connection to PostgreSQL was lost ({str(e).splitlines()[0]}): run again once"
+            " the server is back (nothing acked is delivered again, nothing unacked is lost)"
+        ) from e
 
 
 def _governed(batches: Iterator[Batch], governed: policies.Policies) -> Iterator[Batch]:
