@@ -18,7 +18,10 @@ the worker keeps the four tables and meets one fault per run (:data:`FAULTS`): k
 after a random while or at one of its own kill points (after a commit, between the tables
 of one batch, before the ack); its walsender ended by the server; the server restarted
 under it (``pg_ctl restart -m fast``, or ``-m immediate``: a crash and recovery); a slow
-sink (a pause before each batch). At a
+sink (a pause before each batch); and, in the rounds whose lake is on the object store,
+the store's faults (:data:`STORE_FAULTS`). Delta lakes (both writers) are kept on a local
+S3 server (moto behind an HTTP fault injector, support/faulty_s3.py) every other round,
+in a local directory the others; Iceberg lakes in a local directory. At a
 random moment of half the rounds, schema changes (:data:`DDL`) run between two consumer
 runs: a column added with a constant default, a column renamed, a column added to the
 keyless table. Then one last run up to the source's WAL position, and the check:
@@ -34,11 +37,13 @@ start positions. A consumer run that ends with an error of its own fails the rou
 with its last lines, unless it is the ``ConnectionError`` of a server restarted while the
 consumer started or set up (a stream reconnects only once it streams), or of a walsender
 ended during the initial snapshot (which cannot go on over a new connection: the error
-says so, and the next run takes a new one).
+says so, and the next run takes a new one), or the ``DeltaError`` of a store that stayed
+away longer than its client's retries.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -49,7 +54,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +64,8 @@ from pgwire_cdc import delta, iceberg
 from pgwire_cdc.ddl_capture import install_ddl_capture
 from pgwire_cdc.lakehouse.sql import default_table_name
 from pgwire_cdc.lsn import int_to_lsn
+from support import requires
+from support.s3 import S3Server
 from support.server import PgCluster
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
@@ -96,6 +103,17 @@ DDL = (
     "ALTER TABLE pgbench_branches RENAME COLUMN filler TO remark",
     "ALTER TABLE pgbench_history ADD COLUMN note text",
 )
+#: Faults of the object store a consumer run may meet (support/faulty_s3.py): requests
+#: answered 503 before the store sees them, writes done and then answered 500 (the answer
+#: lost), slow requests, and the store away for some seconds from a random moment.
+STORE_FAULTS: dict[str, dict[str, float]] = {
+    "errors": {"rate": 0.2},
+    "lost": {"rate": 0.3},
+    "slow": {"rate": 0.5, "delay": 0.3},
+    "outage": {},
+}
+#: The sinks whose lakes may live on the object store.
+ON_STORE = ("delta-rs", "spark")
 TABLES = ("pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history")
 #: The accounts table: split in 4 partitions published through their root, one plain
 #: table, or split in 4 partitions published as themselves (four tables in the lake).
@@ -111,6 +129,51 @@ def lake_tables(layout: str) -> tuple[str, ...]:
 
 
 pytestmark = pytest.mark.timeout(int(MINUTES * 60) + 900)
+
+
+@dataclasses.dataclass
+class Lake:
+    """Where a round keeps its tables: a local directory, or a location on the S3 server."""
+
+    location: str
+    s3: S3Server | None = None
+
+    @property
+    def options(self) -> dict[str, str] | None:
+        return self.s3.options if self.s3 is not None else None
+
+    def log(self, name: str) -> list[tuple[str, str]]:
+        """The Delta log entries of table ``name``: (version, text), oldest first."""
+        where = delta.table_path(self.location, f"public.{name}") + "/_delta_log"
+        if self.s3 is None:
+            return [(e.stem, e.read_text()) for e in sorted(Path(where).glob("*.json"))]
+        from pyarrow import fs
+
+        store = fs.S3FileSystem(
+            access_key="testing",
+            secret_key="testing",
+            region="us-east-1",
+            endpoint_override=self.s3.endpoint,
+            scheme="http",
+        )
+        found = store.get_file_info(fs.FileSelector(where.removeprefix("s3://")))
+        entries = sorted(f.path for f in found if f.path.endswith(".json"))
+        out = []
+        for entry in entries:
+            with store.open_input_stream(entry) as stream:
+                out.append((Path(entry).stem, stream.read().decode()))
+        return out
+
+
+@pytest.fixture(scope="module")
+def store() -> Iterator[S3Server | None]:
+    """The S3 server with its fault injector, for the sinks that keep lakes on it."""
+    if SINK not in ON_STORE:
+        yield None
+        return
+    requires.moto_server()
+    with S3Server(faults=True) as server:
+        yield server
 
 
 def pgbench(cluster: PgCluster, db: Database, *args: str) -> subprocess.Popen[str]:
@@ -139,14 +202,15 @@ def source_state(db: Database, tables: tuple[str, ...]) -> dict[str, Counter[Any
     return out
 
 
-def lake_state(path: Path, columns: dict[str, list[str]]) -> dict[str, Counter[Any]]:
+def lake_state(lake: Lake, columns: dict[str, list[str]]) -> dict[str, Counter[Any]]:
     out: dict[str, Counter[Any]] = {}
     for name in columns:
         if SINK == "iceberg":
-            catalog = iceberg.local_catalog("lake", path)
+            catalog = iceberg.local_catalog("lake", Path(lake.location))
             table = iceberg.read_table(catalog, f"chaos.{default_table_name('public.' + name)}")
         else:
-            table = delta.read_table(delta.table_path(path, f"public.{name}"))
+            where = delta.table_path(lake.location, f"public.{name}")
+            table = delta.read_table(where, storage_options=lake.options)
         rows = table.select(columns[name]).to_pylist()
         out[name] = Counter(tuple(str(r[c]) for c in columns[name]) for r in rows)
     return out
@@ -171,19 +235,18 @@ def lost_transactions(db: Database, missing: list[tuple[Any, ...]], name: str) -
     return found
 
 
-def positions(path: Path, tables: tuple[str, ...]) -> dict[str, list[str]]:
+def positions(lake: Lake, tables: tuple[str, ...]) -> dict[str, list[str]]:
     """Per table, the positions its Delta log recorded, oldest first (none for Iceberg:
     its snapshots' summaries say them, ``SELECT summary FROM t.snapshots``)."""
     out: dict[str, list[str]] = {}
     for name in tables if SINK != "iceberg" else ():
-        log = Path(delta.table_path(path, f"public.{name}")) / "_delta_log"
         marks = []
-        for entry in sorted(log.glob("*.json")):
-            for line in entry.read_text().splitlines():
+        for version, text in lake.log(name):
+            for line in text.splitlines():
                 action = json.loads(line)
                 if "txn" in action:
                     txn = action["txn"]
-                    marks.append(f"{entry.stem.lstrip('0') or '0'}:{txn['appId']}={txn['version']}")
+                    marks.append(f"{version.lstrip('0') or '0'}:{txn['appId']}={txn['version']}")
         out[name] = marks
     return out
 
@@ -218,7 +281,7 @@ class Workload:
         return True
 
 
-def wait_then(worker: subprocess.Popen[bytes], after: float, fault: Callable[[], None]) -> float:
+def wait_then(worker: subprocess.Popen[bytes], after: float, fault: Callable[[], object]) -> float:
     """Runs ``fault`` ``after`` seconds from now unless the worker exited first; returns
     the seconds waited."""
     try:
@@ -285,13 +348,13 @@ def source_columns(db: Database, tables: tuple[str, ...]) -> dict[str, list[str]
     }
 
 
-def verified(db: Database, path: Path) -> list[str]:
+def verified(db: Database, lake: Lake) -> list[str]:
     """``verify`` of the whole lake at the end (the slot idle, caught up first): the
     tables that differ, with its report's line."""
     if SINK == "iceberg":
         from pgwire_cdc.spark import session
 
-        conf = iceberg.local_catalog_conf("lake", str(path))
+        conf = iceberg.local_catalog_conf("lake", lake.location)
         # A session of this round's own: a catalog, once loaded, stays what it was.
         spark = session("chaos_verify", "local[1]", iceberg=True, **conf)
         try:
@@ -301,11 +364,36 @@ def verified(db: Database, path: Path) -> list[str]:
         finally:
             spark.stop()
     else:
-        report = delta.verify(db.dsn, str(path), publication="pub", slot="s1", catch_up=True)
+        report = delta.verify(
+            db.dsn,
+            lake.location,
+            publication="pub",
+            slot="s1",
+            catch_up=True,
+            storage_options=lake.options,
+        )
     return [line for line in report.summary().splitlines() if "DIFFERS" in line]
 
 
-def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) -> dict[str, Any]:
+def store_fault(
+    s3: S3Server, rnd: random.Random, worker: subprocess.Popen[bytes], lifetime: float
+) -> tuple[str, float]:
+    """Gives the store a fault plan for this consumer run (:data:`STORE_FAULTS`); an
+    outage starts at a random moment and lasts 3 to 15 s. The fault's name and the
+    seconds waited."""
+    kind = rnd.choice(sorted(STORE_FAULTS))
+    plan: dict[str, Any] = {"kind": kind, "seed": rnd.randrange(2**31), **STORE_FAULTS[kind]}
+    if kind != "outage":
+        s3.faults(plan)
+        return f"store-{kind}", 0.0
+    plan["seconds"] = rnd.uniform(3, 15)
+    start = rnd.uniform(1, max(1.0, lifetime / 2))
+    return "store-outage", wait_then(worker, start, lambda: s3.faults(plan))
+
+
+def one_round(
+    cluster: PgCluster, rnd: random.Random, layout: str, lake: Lake, tmp: Path
+) -> dict[str, Any]:
     with fresh_database(cluster) as db:
         split = ["--partitions", str(PARTITIONS)] if layout != "plain" else []
         init = ["-i", "-q", "-s", "3", *split]
@@ -319,7 +407,10 @@ def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) ->
             f" WITH (publish_via_partition_root = {via_root})"
         )
         db.conn.execute("SELECT pg_create_logical_replication_slot('audit', 'test_decoding')")
-        path = tmp / f"lake-{db.name}"
+        if lake.s3 is None:
+            lake.location = str(tmp / f"lake-{db.name}")
+        store = ["--storage-options", json.dumps(lake.options)] if lake.s3 is not None else []
+        injected = lake.s3.faults()["injected"] if lake.s3 is not None else {}
         workload = Workload(cluster, db, BENCH_SECONDS * SHORTER)
         # Half the rounds change the schema before one of their first consumer runs.
         ddl_before = rnd.randint(1, 4) if rnd.random() < 0.5 else -1
@@ -331,9 +422,11 @@ def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) ->
                 for statement in DDL:
                     db.conn.execute(statement)
                 faults.append("ddl")
-            fault = rnd.choice(FAULTS)
-            command = [sys.executable, str(WORKER), db.dsn, str(path), str(2**63 - 1)]
-            command += [*OPTIONS, "--max-batch-rows", str(rnd.choice((500, 5000)))]
+            # On the store, a third of the runs meet one of its faults.
+            on_store = lake.s3 is not None and rnd.random() < 1 / 3
+            fault = "store" if on_store else rnd.choice(FAULTS)
+            command = [sys.executable, str(WORKER), db.dsn, lake.location, str(2**63 - 1)]
+            command += [*OPTIONS, *store, "--max-batch-rows", str(rnd.choice((500, 5000)))]
             if fault in ("committed", "between-tables", "before-ack"):
                 command += ["--crash-at", fault, "--nth", str(rnd.randint(1, 12))]
             if fault == "slow":
@@ -354,11 +447,17 @@ def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) ->
                     fault = f"restart-{mode}"
                     restart = functools.partial(restart_server, db, workload, mode)
                     lifetime -= wait_then(worker, rnd.uniform(1, lifetime), restart)
+                elif fault == "store":
+                    assert lake.s3 is not None
+                    fault, waited = store_fault(lake.s3, rnd, worker, lifetime)
+                    lifetime -= waited
                 try:
                     worker.wait(timeout=max(lifetime, 0.1))
                 except subprocess.TimeoutExpired:
                     worker.send_signal(signal.SIGKILL)
                     worker.wait()
+                if lake.s3 is not None:
+                    lake.s3.faults({"kind": "none"})
             faults.append(fault)
             failed = failed_run(worker, fault, log)
             if failed:
@@ -367,23 +466,27 @@ def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) ->
         assert row is not None
         until = int(row[0])
         last = subprocess.run(
-            [*(sys.executable, str(WORKER), db.dsn, str(path), str(until)), *FINAL_RUN],
+            [*(sys.executable, str(WORKER), db.dsn, lake.location, str(until)), *FINAL_RUN, *store],
             capture_output=True,
             text=True,
             timeout=900,
         )
         assert last.returncode == 0, last.stderr[-3000:]
-        problems += verified(db, path)
+        problems += verified(db, lake)
         source = source_state(db, tables)
-        lake = lake_state(path, source_columns(db, tables))
+        kept = lake_state(lake, source_columns(db, tables))
         report: dict[str, Any] = {
             "layout": layout,
+            "store": "s3" if lake.s3 is not None else "local",
             "faults": dict(Counter(faults)),
             "until": int_to_lsn(until),
         }
+        if lake.s3 is not None:
+            now = Counter(lake.s3.faults()["injected"])
+            report["store faults"] = dict(now - Counter(injected))
         for name in tables:
-            missing = sorted((source[name] - lake[name]).elements())
-            extra = sorted((lake[name] - source[name]).elements())
+            missing = sorted((source[name] - kept[name]).elements())
+            extra = sorted((kept[name] - source[name]).elements())
             if missing or extra:
                 problems.append(
                     f"{name}: {len(missing)} source rows missing, {len(extra)} lake rows extra;"
@@ -391,7 +494,7 @@ def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) ->
                 )
         if problems:
             report["problems"] = problems
-            report["positions"] = {k: v[-12:] for k, v in positions(path, tables).items()}
+            report["positions"] = {k: v[-12:] for k, v in positions(lake, tables).items()}
             report["runs"] = [
                 line
                 for line in log.read_text().splitlines()
@@ -403,13 +506,18 @@ def one_round(cluster: PgCluster, rnd: random.Random, layout: str, tmp: Path) ->
 
 
 @pytest.mark.server
-def test_pgbench_under_faults_ends_equal(pg15_cluster: PgCluster, tmp_path: Path) -> None:
+def test_pgbench_under_faults_ends_equal(
+    pg15_cluster: PgCluster, store: S3Server | None, tmp_path: Path
+) -> None:
     rnd = random.Random(SEED)
     deadline = time.monotonic() + MINUTES * 60
     rounds: list[dict[str, Any]] = []
     while not rounds or time.monotonic() < deadline:
         layout = LAYOUTS[len(rounds) % len(LAYOUTS)]
-        report = one_round(pg15_cluster, rnd, layout, tmp_path)
+        # Every other round on the object store (its first among them).
+        on_store = store is not None and len(rounds) % 2 == 0
+        lake = Lake(f"s3://{store.bucket()}/lake", store) if on_store and store else Lake("")
+        report = one_round(pg15_cluster, rnd, layout, lake, tmp_path)
         print(f"seed {SEED} round {len(rounds)}: {json.dumps(report)}", flush=True)
         rounds.append(report)
         assert "problems" not in report, f"seed {SEED}: {json.dumps(report, indent=1)}"

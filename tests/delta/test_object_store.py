@@ -190,3 +190,40 @@ def test_crash_torture_on_s3(
     report = torture(pg15_cluster, location, tmp_path / "deliveries.jsonl", S3_KILLS)
     assert report["restarts_after_sigkill"] >= S3_KILLS
     assert report["changes_delivered_again_skipped"] > 0
+
+
+@pytest.fixture(scope="module")
+def faulty_s3() -> Iterator[S3Server]:
+    """A store with support/faulty_s3.py's fault injector in front of it."""
+    requires.moto_server()
+    with S3Server(faults=True) as server:
+        yield server
+
+
+@pytest.mark.parametrize(
+    ("kind", "deletion_vectors"),
+    [("errors", True), ("lost", True), ("lost", False)],
+    ids=["errors-dv", "lost-dv", "lost-cow"],
+)
+def test_store_errors_and_lost_answers_are_retried(
+    db: Database, workload: Workload, faulty_s3: S3Server, kind: str, deletion_vectors: bool
+) -> None:
+    """A store that answers a fifth of its requests 503 (``errors``) or does a fifth of
+    its writes and answers them 500 (``lost``: the client cannot tell whether they
+    happened; its retry finds the commit done and takes it for a concurrent writer's)
+    under the delta-rs writer, both MERGEs: the run ends, and the tables equal the
+    source."""
+    location = f"s3://{faulty_s3.bucket()}/lake"
+    options = {"storage_options": faulty_s3.options, "deletion_vectors": deletion_vectors}
+    workload.run(50)
+    keep(db, location, max_batch_rows=300, **options)
+    before = faulty_s3.faults()["injected"].get(kind, 0)
+    faulty_s3.faults({"kind": kind, "rate": 0.2, "seed": 7})
+    try:
+        workload.run(100)
+        later = keep(db, location, max_batch_rows=300, **options)
+    finally:
+        counts = faulty_s3.faults({"kind": "none"})
+    assert later.updated and later.deleted
+    assert counts["injected"][kind] > before
+    assert_read_by_delta_rs(db, location, faulty_s3.options)

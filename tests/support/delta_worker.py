@@ -6,7 +6,7 @@ Usage::
     delta_worker.py DSN PATH UNTIL_LSN [--crash-at STEP --nth N] [--log FILE] [--slow S]
                     [--max-batch-rows N] [--writer delta-rs|spark]
                     [--publication pub] [--slot s1] [--history scd2] [--deletes soft]
-                    [--change-data-feed]
+                    [--change-data-feed] [--storage-options JSON]
 
 Keeps one Delta table per table of publication ``--publication`` (default ``pub``)
 through slot ``--slot`` (default ``s1``) under PATH, up to UNTIL_LSN (an integer LSN),
@@ -28,7 +28,8 @@ crash) the Nth time (``--nth``, from 1) it reaches STEP:
 ``commits``), flushed at once, so the counts survive a later kill. At a clean end the
 process prints the run's `delta.ApplyStats` as one JSON line on stdout and exits 0; a
 crash point reached exits by SIGKILL (return code -9). ``--slow S`` waits S seconds before
-each batch is applied (a slow sink).
+each batch is applied (a slow sink). ``--storage-options`` (a JSON object) are delta-rs's
+options for a PATH on an object store (``s3://bucket/prefix``).
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ def main() -> None:
     parser.add_argument("--history", default=None)
     parser.add_argument("--deletes", default="hard")
     parser.add_argument("--change-data-feed", action="store_true")
+    parser.add_argument("--storage-options", type=json.loads, default=None)
     args = parser.parse_args()
     on_step, on_batch = crash_points(delta.DeltaSink, args.crash_at, args.nth, args.log, args.slow)
 
@@ -165,6 +167,7 @@ def main() -> None:
         history=args.history,
         deletes=args.deletes,
         change_data_feed=args.change_data_feed,
+        storage_options=args.storage_options,
     )
     print(json.dumps(dataclasses.asdict(total)), flush=True)
 

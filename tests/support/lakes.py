@@ -63,6 +63,29 @@ class Crashing:
         return commit
 
 
+class LostAnswer(Exception):
+    """A commit done whose answer never came (an object store's lost response)."""
+
+
+class LosingAnswers(Crashing):
+    """A format whose ``nth`` change commit (a write or a MERGE) is done and then raises
+    :class:`LostAnswer`, as a commit does whose store lost its answer."""
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.inner, name)
+        if name not in ("write", "merge"):
+            return found
+
+        def commit(*args: Any, **kwargs: Any) -> Any:
+            result = found(*args, **kwargs)
+            self.left -= 1
+            if self.left == 0:
+                raise LostAnswer(f"the answer to {name} was lost")
+            return result
+
+        return commit
+
+
 class Lake:
     """One table format's tables under test, and what they hold."""
 
@@ -79,14 +102,21 @@ class Lake:
             self.format = DeltaTables(self.where, deletion_vectors=kind == "delta-rs-dv")
 
     def sink(
-        self, crash_before: int | None = None, as_of_every: float | None = None
+        self,
+        crash_before: int | None = None,
+        as_of_every: float | None = None,
+        lose_answer: int | None = None,
     ) -> LakehouseSink:
         """A new sink over the same tables (a new process, as after a crash); writing
-        as-of points only when given ``as_of_every``."""
-        if crash_before is None:
-            return LakehouseSink(self.format, as_of_every=as_of_every)
-        crashing = cast(TableFormat, Crashing(self.format, crash_before))
-        return LakehouseSink(crashing, as_of_every=as_of_every)
+        as-of points only when given ``as_of_every``; ``crash_before``: see
+        :class:`Crashing`, ``lose_answer``: :class:`LosingAnswers`."""
+        if crash_before is not None:
+            crashing = cast(TableFormat, Crashing(self.format, crash_before))
+            return LakehouseSink(crashing, as_of_every=as_of_every)
+        if lose_answer is not None:
+            losing = cast(TableFormat, LosingAnswers(self.format, lose_answer))
+            return LakehouseSink(losing, as_of_every=as_of_every)
+        return LakehouseSink(self.format, as_of_every=as_of_every)
 
     def rows(self, name: str) -> list[dict[str, Any]]:
         ref = self.format.ref(name)

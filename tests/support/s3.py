@@ -3,12 +3,17 @@ process of its own on a free loopback port, so processes the tests start (the cr
 torture's workers) reach it too. It answers conditional writes (``If-None-Match: *``)
 as S3 does, which delta-rs commits rely on.
 
+With ``faults=True`` the server is moto's behind a fault injector (faulty_s3.py):
+`S3Server.faults` sets a plan (errors, lost answers, an outage, slow requests) and
+returns the counts so far.
+
 `S3Server.options` are the delta-rs storage options (also the environment variables
 delta-rs and the AWS SDKs read) that reach it; `S3Server.bucket()` creates a bucket.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
@@ -19,6 +24,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 
 def _free_port() -> int:
@@ -30,7 +36,8 @@ def _free_port() -> int:
 class S3Server:
     """``moto_server`` on 127.0.0.1; a context manager that stops it on exit."""
 
-    def __init__(self) -> None:
+    def __init__(self, faults: bool = False) -> None:
+        self.with_faults = faults
         self.port = _free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self._proc: subprocess.Popen[bytes] | None = None
@@ -46,10 +53,15 @@ class S3Server:
         }
 
     def start(self) -> S3Server:
-        binary = Path(sys.executable).with_name("moto_server")
-        command = [str(binary)] if binary.exists() else [shutil.which("moto_server") or ""]
+        if self.with_faults:
+            script = Path(__file__).with_name("faulty_s3.py")
+            command = [sys.executable, str(script), "127.0.0.1", str(self.port)]
+        else:
+            binary = Path(sys.executable).with_name("moto_server")
+            found = [str(binary)] if binary.exists() else [shutil.which("moto_server") or ""]
+            command = [*found, "-H", "127.0.0.1", "-p", str(self.port)]
         self._proc = subprocess.Popen(
-            [*command, "-H", "127.0.0.1", "-p", str(self.port)],
+            command,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -69,6 +81,17 @@ class S3Server:
         request = urllib.request.Request(f"{self.endpoint}/{name}", method="PUT")
         urllib.request.urlopen(request, timeout=10).close()
         return name
+
+    def faults(self, plan: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Sets the fault plan (faulty_s3.py says its keys) when one is given; returns the
+        counts of requests and faults so far."""
+        assert self.with_faults, "an S3Server(faults=True) takes fault plans"
+        data = None if plan is None else json.dumps(plan).encode()
+        request = urllib.request.Request(
+            f"{self.endpoint}/_faults", data=data, method="POST" if data else "GET"
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return dict(json.loads(answer.read()))
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

@@ -652,23 +652,63 @@ class LakehouseSink:
         if not self.format.exists(ref):
             self.format.create(ref, changes.select(self._lake_columns(changes)).schema)
         changes, columns = self._fit(name, ref, changes, keyed=keys is not None)
-        if keys is None:
-            base = self.format.read(ref, columns)
-            base = base.select(columns).cast(pa.schema([changes.schema.field(c) for c in columns]))
-            stream, counts = _native.apply_changes(unsliced(base), unsliced(changes), None)
-            self.format.write(ref, table_of(stream), "overwrite", mark)
-        else:
-            copying = isinstance(self._progress.get(name), list)
-            adds = adds_keys(changes, keys, copying=copying)
-            stream, counts = _native.reduce_changes(unsliced(changes), columns, keys)
-            reduced, truncate = table_of(stream), counts["truncated"] > 0
-            if soft:
-                reduced = self._soft_deletes(ref, changes, reduced, keys, truncate)
-                truncate = False
-            self.format.merge(ref, reduced, keys, truncate, mark, adds=adds)
+        before = self._position(ref)
+        try:
+            if keys is None:
+                base = self.format.read(ref, columns)
+                wanted = pa.schema([changes.schema.field(c) for c in columns])
+                stream, counts = _native.apply_changes(
+                    unsliced(base.select(columns).cast(wanted)), unsliced(changes), None
+                )
+                self.format.write(ref, table_of(stream), "overwrite", mark)
+            else:
+                copying = isinstance(self._progress.get(name), list)
+                adds = adds_keys(changes, keys, copying=copying)
+                stream, counts = _native.reduce_changes(unsliced(changes), columns, keys)
+                reduced, truncate = table_of(stream), counts["truncated"] > 0
+                if soft:
+                    reduced = self._soft_deletes(ref, changes, reduced, keys, truncate)
+                    truncate = False
+                self.format.merge(ref, reduced, keys, truncate, mark, adds=adds)
+        except Exception as e:
+            if not self._landed(ref, mark, before):
+                raise
+            log.warning(
+                "%s: the %s reported its commit failed (%s), yet holds it: going on",
+                name,
+                self.format.kind,
+                type(e).__name__,
+            )
         stats.add({k: v for k, v in counts.items() if k in vars(stats)})
         stats.commits += 1
         self._committed(ref, mark)
+
+    def _landed(self, ref: str, mark: Mark, before: TablePosition | None) -> bool:
+        """Whether a commit recording ``mark`` that raised is in the table all the same. An
+        object store may do a write and lose its answer on the way; the client, trying
+        again, finds the commit done and takes it for a concurrent writer's (delta-rs:
+        "a concurrent transaction added new data"). The table read again tells: it now
+        stands at ``mark``, where it did not stand before (a mark that does not move the
+        position, a repair's, cannot tell, and the error stands)."""
+        if mark.repair:
+            return False
+
+        def at(position: TablePosition | None) -> bool:
+            if position is None:
+                return False
+            if mark.partial is not None:
+                txn, ordinal = txn_id(mark.partial[0]), mark.partial[1]
+                return position.partial == mark.partial or position.ordinal_of(txn) == ordinal
+            return position.lsn == mark.lsn and position.partial is None
+
+        if at(before):
+            return False
+        try:
+            now = self.format.position(ref)
+        except Exception:  # the store still failing: the first error is the one to tell
+            return False
+        self._positions.pop(ref, None)
+        return at(now)
 
     def _soft_deletes(
         self, ref: str, changes: pa.Table, reduced: pa.Table, keys: list[str], truncate: bool
