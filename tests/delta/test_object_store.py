@@ -17,7 +17,7 @@ import pytest
 from cli.test_cli import pgwire_lsn, run_cli
 from conftest import Database
 from live.test_stream import current_lsn
-from pgwire_cdc import delta
+from pgwire_cdc import delta, errors
 from support import requires
 from support.s3 import S3Server
 from support.stream_workload import SCHEMA, TABLES, Workload, norm, source_rows
@@ -226,4 +226,27 @@ def test_store_errors_and_lost_answers_are_retried(
         counts = faulty_s3.faults({"kind": "none"})
     assert later.updated and later.deleted
     assert counts["injected"][kind] > before
+    assert_read_by_delta_rs(db, location, faulty_s3.options)
+
+
+@pytest.mark.parametrize("deletion_vectors", [True, False], ids=["dv", "cow"])
+def test_a_store_away_longer_than_its_retries_is_a_delta_error(
+    db: Database, workload: Workload, faulty_s3: S3Server, deletion_vectors: bool
+) -> None:
+    """A store that answers every request 503 for longer than delta-rs retries: the run
+    stops with a ``DeltaError`` that names the table and says to run again; the next run,
+    once the store is back, ends with the tables equal to the source."""
+    location = f"s3://{faulty_s3.bucket()}/lake"
+    options = {"storage_options": faulty_s3.options, "deletion_vectors": deletion_vectors}
+    workload.run(30)
+    keep(db, location, **options)
+    workload.run(30)
+    faulty_s3.faults({"kind": "outage", "seconds": 120})
+    try:
+        with pytest.raises(errors.DeltaError, match="run again") as raised:
+            keep(db, location, **options)
+    finally:
+        faulty_s3.faults({"kind": "none"})
+    assert "public." in str(raised.value)
+    keep(db, location, **options)
     assert_read_by_delta_rs(db, location, faulty_s3.options)

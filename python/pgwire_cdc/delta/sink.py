@@ -19,7 +19,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 
 from ..errors import ConfigError, DeltaError
-from ..lakehouse.format import TablePosition
+from ..lakehouse.format import TablePosition, library_errors
 from ..lakehouse.moved import fill_moved
 from ..lakehouse.points import is_points
 from ..lakehouse.positions import APP_ID, PROGRESS_APP_ID, Commit, Mark, Source
@@ -62,6 +62,14 @@ class DeltaTables:
 
     error = DeltaError
     kind = "Delta table"
+
+    @property
+    def foreign_errors(self) -> tuple[type[BaseException], ...]:
+        return library_errors(
+            "deltalake.exceptions.DeltaError",
+            "pyspark.errors.PySparkException",
+            "py4j.protocol.Py4JError",
+        )
 
     #: Catalog mode: how source tables are named in the catalog (None: path tables).
     names: CatalogNames | None

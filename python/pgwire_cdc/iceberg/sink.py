@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from ..errors import ConfigError, IcebergError
-from ..lakehouse.format import TablePosition
+from ..lakehouse.format import TablePosition, library_errors
 from ..lakehouse.moved import fill_moved
 from ..lakehouse.positions import Mark, Source
 from ..lakehouse.reshape import ColumnOp, reshape_rows
@@ -89,6 +89,10 @@ class IcebergTables:
 
     error = IcebergError
     kind = "Iceberg table"
+
+    @property
+    def foreign_errors(self) -> tuple[type[BaseException], ...]:
+        return library_errors("pyspark.errors.PySparkException", "py4j.protocol.Py4JError")
 
     def __init__(
         self,

@@ -30,6 +30,21 @@ if TYPE_CHECKING:
     from .reshape import ColumnOp
 
 
+def library_errors(*names: str) -> tuple[type[BaseException], ...]:
+    """``OSError`` and the exception classes ``names`` ("module.Class") of the libraries
+    that are installed."""
+    import importlib
+
+    found: list[type[BaseException]] = [OSError]
+    for name in names:
+        module, _, cls = name.rpartition(".")
+        try:
+            found.append(getattr(importlib.import_module(module), cls))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
 def _no_cut(_txn: str) -> int | None:
     return None
 
@@ -84,6 +99,13 @@ class TableFormat(Protocol):
     @property
     def kind(self) -> str:
         """What a table is called in messages ("Delta table", "Iceberg table")."""
+        ...
+
+    @property
+    def foreign_errors(self) -> tuple[type[BaseException], ...]:
+        """The exceptions of the format's libraries and store (an object store that stayed
+        away, a commit that lost a race, Spark's) that the sink reports as :attr:`error`,
+        naming the table (:func:`library_errors`)."""
         ...
 
     def ref(self, name: str) -> str:

@@ -71,6 +71,7 @@ class MemoryTables:
 
     error: type[Exception] = MemoryTableError
     kind = "table"
+    foreign_errors: tuple[type[BaseException], ...] = ()
 
     def __init__(self) -> None:
         self.tables: dict[str, MemoryTable] = {}

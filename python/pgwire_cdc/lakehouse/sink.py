@@ -42,12 +42,14 @@ snapshot forgets them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
 import logging
+import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -55,7 +57,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _native
-from ..errors import ConfigError
+from ..errors import ConfigError, Error
 from ..lsn import int_to_lsn
 from ..tables import (
     METADATA_COLUMNS,
@@ -228,6 +230,8 @@ class LakehouseSink:
         # Per table reference: its position, read from the table once, then kept as
         # committed.
         self._positions: dict[str, TablePosition | None] = {}
+        # The table a batch is being applied to, for the errors of the format's libraries.
+        self._at = ""
         # Per source table: the incremental-copy progress of a copy under way, recorded
         # by every commit of the table.
         self._progress: dict[str, Any] = {}
@@ -260,56 +264,59 @@ class LakehouseSink:
         incremental copy reached. With ``slot_exists`` (the stream resumes a slot), the
         format's error when there is no table at all: the changes would land on top of
         nothing, the rows from before the slot was made missing."""
-        held: dict[str, Any] = {}
-        for name in sorted(set(published or ()) | set(self.format.found_tables())):
-            ref = self._ref(name)
-            pos = self._position(ref)
-            if pos is None:
-                continue
-            progress = self.format.progress(ref)
-            held[name] = None if progress is NO_PROGRESS else progress
-            # Kept, and recorded again with the table's next commit.
-            self._progress[name] = held[name]
-        if slot_exists and not held:
-            raise self.format.error(
-                f"the replication slot exists but there is no {self.format.kind} "
-                f"{self.format.where()}, so the rows from before the slot was created would "
-                "be missing; drop the slot (pg_drop_replication_slot) to start with a new "
-                "snapshot, or point the sink at the tables that used it"
-            )
-        return held
+        with self._reported():
+            held: dict[str, Any] = {}
+            for name in sorted(set(published or ()) | set(self.format.found_tables())):
+                ref = self._ref(name)
+                pos = self._position(ref)
+                if pos is None:
+                    continue
+                progress = self.format.progress(ref)
+                held[name] = None if progress is NO_PROGRESS else progress
+                # Kept, and recorded again with the table's next commit.
+                self._progress[name] = held[name]
+            if slot_exists and not held:
+                raise self.format.error(
+                    f"the replication slot exists but there is no {self.format.kind} "
+                    f"{self.format.where()}, so the rows from before the slot was created would "
+                    "be missing; drop the slot (pg_drop_replication_slot) to start with a new "
+                    "snapshot, or point the sink at the tables that used it"
+                )
+            return held
 
     def held_shapes(self, published: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
         """``stream(held_shapes=...)``: of the tables ``published`` and those the format
         finds, the source-table description each table's columns follow, where recorded."""
-        held: dict[str, dict[str, Any]] = {}
-        for name in sorted(set(published) | set(self.format.found_tables())):
-            ref = self._ref(name)
-            if not self.format.exists(ref):
-                continue
-            text = self._shapes[name] = self.format.property(ref, SHAPE_PROPERTY)
-            if text:
-                try:
-                    held[name] = json.loads(text)
-                except ValueError:
-                    log.warning("%s: its recorded source description is not JSON", name)
-        return held
+        with self._reported():
+            held: dict[str, dict[str, Any]] = {}
+            for name in sorted(set(published) | set(self.format.found_tables())):
+                ref = self._ref(name)
+                if not self.format.exists(ref):
+                    continue
+                text = self._shapes[name] = self.format.property(ref, SHAPE_PROPERTY)
+                if text:
+                    try:
+                        held[name] = json.loads(text)
+                    except ValueError:
+                        log.warning("%s: its recorded source description is not JSON", name)
+            return held
 
     def check_source(self, server: Server, published: Iterable[str] = ()) -> None:
         """The server the stream reads (:mod:`~pgwire_cdc.lakehouse.identity`): raises the
         format's error when a table ``published`` or found was written from another
         source or holds changes the server's WAL does not; from now on every commit
         records the server's source."""
-        for name in sorted(set(published) | set(self.format.found_tables())):
-            ref = self._ref(name)
-            pos = self._position(ref)
-            if pos is None:
-                continue
-            where = f"the {self.format.kind} {ref}"
-            reason = refusal(name, where, self.format.source(ref), pos.reached, server)
-            if reason is not None:
-                raise self.format.error(reason)
-        self._source = server.source
+        with self._reported():
+            for name in sorted(set(published) | set(self.format.found_tables())):
+                ref = self._ref(name)
+                pos = self._position(ref)
+                if pos is None:
+                    continue
+                where = f"the {self.format.kind} {ref}"
+                reason = refusal(name, where, self.format.source(ref), pos.reached, server)
+                if reason is not None:
+                    raise self.format.error(reason)
+            self._source = server.source
 
     def _sourced(self, mark: Mark) -> Mark:
         """``mark`` recording the stream's source too."""
@@ -357,16 +364,35 @@ class LakehouseSink:
     def create_tables(self, schemas: Mapping[str, pa.Schema]) -> None:
         """Makes the tables of ``schemas`` (change-table schemas, by source table) that
         do not exist yet, with the change tables' data columns."""
-        for name, schema in schemas.items():
-            ref = self._ref(name)
-            if not self.format.exists(ref):
-                data = pa.schema([f for f in schema if f.name not in METADATA_COLUMNS])
-                self.format.create(ref, lake_shape(data.empty_table()).schema)
-                self._positions[ref] = TablePosition(None)
-        self.missing = [name for name in self.missing if name not in schemas]
+        with self._reported():
+            for name, schema in schemas.items():
+                ref = self._ref(name)
+                if not self.format.exists(ref):
+                    data = pa.schema([f for f in schema if f.name not in METADATA_COLUMNS])
+                    self.format.create(ref, lake_shape(data.empty_table()).schema)
+                    self._positions[ref] = TablePosition(None)
+            self.missing = [name for name in self.missing if name not in schemas]
 
     def apply(self, batch: Batch) -> ApplyStats:
-        """Commits one batch to the tables it touches. Ack it only after this returns."""
+        """Commits one batch to the tables it touches. Ack it only after this returns.
+        An error of the format's libraries or store is raised as the format's error,
+        naming the table (nothing of the batch is acked: a run again delivers it)."""
+        with self._reported():
+            return self._apply(batch)
+
+    @contextlib.contextmanager
+    def _reported(self) -> Iterator[None]:
+        """Raises an error of the format's libraries or store (:attr:`TableFormat.
+        foreign_errors`) as the format's own error, naming the table it met it on."""
+        self._at = ""
+        try:
+            yield
+        except Error:
+            raise
+        except self.format.foreign_errors as e:
+            raise self.format.error(_failed(self.format.kind, self._at, e)) from e
+
+    def _apply(self, batch: Batch) -> ApplyStats:
         stats = ApplyStats(batches=1)
         source = self._source
         if source is not None and batch.timeline not in (None, source.timeline):
@@ -385,6 +411,7 @@ class LakehouseSink:
         groups = segments(tables)
         ddl = ddl_steps(batch.schema_changes)
         for name in [*groups, *(n for n in ddl if n not in groups)]:
+            self._at = name
             parts = groups.get(name, [])
             progress = batch.snapshot_progress.get(name, NO_PROGRESS)
             if batch.snapshot:
@@ -408,6 +435,7 @@ class LakehouseSink:
         for name in batch.snapshot_progress:
             if groups.get(name):
                 continue
+            self._at = name
             ref = self._ref(name)
             if batch.snapshot:
                 if name not in self._snapshot_written:
@@ -419,19 +447,22 @@ class LakehouseSink:
                 if self._progress.get(name, NO_PROGRESS) != progress:
                     self._record_progress(name, ref, progress, batch.lsn, stats)
         for name, shape in batch.table_shapes.items():
+            self._at = name
             self._record_shape(name, shape)
         for name, progress in batch.snapshot_progress.items():
             if progress is None or progress == []:
                 # A copy ended, or one started (again): its ranges read the table afresh.
                 self._held_keys.pop(self._ref(name), None)
+        self._at = POINTS
         self._after_batch(batch)
         return stats
 
     def finish(self) -> None:
         """The stream ended: an as-of point at the last batch when one may stand there
         and none does yet."""
-        if self.as_of_every is not None:
-            self._write_point()
+        with self._reported():
+            if self.as_of_every is not None:
+                self._write_point()
 
     def apply_table(self, ref: str, changes: pa.Table, lsn: int) -> ApplyStats:
         """Commits one change table to the table ``ref``, skipping the rows at or below
@@ -453,6 +484,7 @@ class LakehouseSink:
         the as-of points."""
         ref = self.format.ref(name)
         self._refs[name] = ref
+        self._at = name
         return ref
 
     def _committed(self, ref: str, mark: Mark | None) -> None:
@@ -1191,3 +1223,16 @@ def _covers(position: TablePosition, place: tuple[int, int]) -> bool:
         return True
     reached = position.ordinal_of(txn_id(commit))
     return reached is not None and reached >= ordinal
+
+
+def _failed(kind: str, name: str, e: BaseException) -> str:
+    """The message of a library's or store's error ``e`` met while applying a batch to the
+    table of ``name``: its class and message (escape codes and spacing cut, at most 400
+    characters: a store's error is nested lines), and what to do."""
+    text = re.sub(r"\x1b\[[0-9;]*m|↳", " ", str(e))
+    first = " ".join(text.split())[:400] or "(no message)"
+    return (
+        f"{name or 'a table'}: its {kind} could not be read or written ({type(e).__name__}:"
+        f" {first}); nothing the lake lacks was acked: run again once the cause is fixed"
+        " (a store away or refusing, a permission, a full disk)"
+    )
