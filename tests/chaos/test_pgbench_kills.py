@@ -318,11 +318,14 @@ def restart_server(db: Database, workload: Workload, mode: str) -> None:
 #: consumer that starts or sets up then cannot connect (a stream reconnects only once it
 #: streams).
 SNAPSHOT_LOST = "a new snapshot is taken (the copy starts over)"
+#: What a consumer says when the store failed it longer than its client retries.
+STORE_AWAY = "run again once the cause is fixed"
 
 
 def failed_run(worker: subprocess.Popen[bytes], fault: str, log: Path) -> str | None:
     """The last lines of a consumer run that ended by an error of its own (not a kill),
-    but for the connection errors a fault may cause (:data:`SNAPSHOT_LOST`); else None."""
+    but for the connection errors a fault may cause (:data:`SNAPSHOT_LOST`) and the store
+    errors a store's fault may cause (:data:`STORE_AWAY`); else None."""
     if worker.returncode in (0, -signal.SIGKILL):
         return None
     text = log.read_text(errors="replace").rsplit("--- run", 1)[-1]
@@ -330,6 +333,9 @@ def failed_run(worker: subprocess.Popen[bytes], fault: str, log: Path) -> str | 
     raised = re.findall(r"^([\w.]+(?:Error|Exception)): ", text, flags=re.M)
     lost = bool(raised) and raised[-1] == "pgwire_cdc.errors.ConnectionError"
     if lost and (fault.startswith("restart") or (fault == "walsender" and SNAPSHOT_LOST in text)):
+        return None
+    away = bool(raised) and raised[-1] == "pgwire_cdc.errors.DeltaError"
+    if away and fault.startswith("store-") and STORE_AWAY in text:
         return None
     return f"a consumer run exited with {worker.returncode}: {text[-1500:]}"
 
