@@ -256,6 +256,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         "wait": args.wait,
         "catch_up": args.catch_up,
         "on_progress": None if args.json else lambda msg: print(msg, file=sys.stderr),
+        "spill_dir": args.spill_dir,
     }
     if args.iceberg:
         from . import iceberg
@@ -1201,6 +1202,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive(float),
         default=300.0,
         help="seconds to wait for a running pipeline to reach the source (default 300)",
+    )
+    p.add_argument(
+        "--spill-dir",
+        metavar="DIR",
+        help="where the source's rows wait on disk while verify runs (default: the system's "
+        "temporary directory; with --iceberg, one the Spark tasks see too)",
     )
     json_flag(p, "the report")
     p.set_defaults(func=cmd_verify)

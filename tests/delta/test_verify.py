@@ -70,16 +70,13 @@ def test_without_catch_up_an_idle_pipeline_is_named(
         delta.verify(db.dsn, tmp_path, publication="pub", slot="nope", wait=1)
 
 
-def test_differences_are_found_by_kind_and_repaired(
-    db: Database, workload: Workload, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def spoil_items(lake: Path) -> tuple[int, int]:
+    """The Delta table of ``items`` changed by hand: its first key's row deleted, the
+    second's altered, a copy of the third's added under the key 10**9; the first two
+    keys."""
     from deltalake import DeltaTable, write_deltalake
 
-    workload.run(150)
-    keep(db, tmp_path, deletion_vectors=False)
-    items_path = delta.table_path(tmp_path, "public.items")
-    notes_path = delta.table_path(tmp_path, "public.notes")
-    before = {n: delta.position(delta.table_path(tmp_path, n)) for n in TABLES}
+    items_path = delta.table_path(lake, "public.items")
     ids = sorted(delta.read_table(items_path)["id"].to_pylist())
     gone, altered = ids[0], ids[1]
     items = DeltaTable(items_path)
@@ -88,6 +85,19 @@ def test_differences_are_found_by_kind_and_repaired(
     extra_row = delta.read_table(items_path, f"id = {ids[2]}")
     extra_row = extra_row.set_column(0, "id", pa.array([10**9], extra_row.schema.field("id").type))
     write_deltalake(items_path, extra_row, mode="append")
+    return gone, altered
+
+
+def test_differences_are_found_by_kind_and_repaired(
+    db: Database, workload: Workload, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from deltalake import write_deltalake
+
+    workload.run(150)
+    keep(db, tmp_path, deletion_vectors=False)
+    notes_path = delta.table_path(tmp_path, "public.notes")
+    before = {n: delta.position(delta.table_path(tmp_path, n)) for n in TABLES}
+    gone, altered = spoil_items(tmp_path)
     note = delta.read_table(notes_path).slice(0, 1)
     write_deltalake(notes_path, note, mode="append")
 
@@ -231,3 +241,27 @@ def test_the_spark_writers_tables_are_verified_and_repaired(
     assert repaired.tables["public.items"].upserted == 2, repaired.summary()
     after = check(db, tmp_path, **options)
     assert after.equal, after.summary()
+
+
+def test_the_source_read_by_spark_tasks_finds_and_repairs_differences(
+    db: Database, workload: Workload, tmp_path: Path, spark: Any
+) -> None:
+    """``spark_source=True``: every source table read by Spark tasks (CTID ranges under
+    verify's snapshot, rows to files in the spill directory, digests to the driver). A
+    lake kept by delta-rs compares equal; a row deleted, one altered and one added are
+    found with their keys, and repaired from the tasks' files; the next verify is equal."""
+
+    workload.run(150)
+    keep(db, tmp_path, deletion_vectors=False)
+    options: dict[str, Any] = {"spark": spark, "spark_source": True}
+    assert check(db, tmp_path, **options).equal
+    gone, altered = spoil_items(tmp_path)
+    progress: list[str] = []
+    report = check(db, tmp_path, on_progress=progress.append, **options)
+    found = report.tables["public.items"]
+    assert (found.missing, found.extra, found.different) == (1, 1, 1), report.summary()
+    assert found.examples == {"missing": [gone], "extra": [10**9], "different": [altered]}
+    assert any("source read: public.items" in line for line in progress), progress
+    repaired = check(db, tmp_path, repair=True, **options)
+    assert repaired.tables["public.items"].upserted == 2, repaired.summary()
+    assert check(db, tmp_path, **options).equal

@@ -113,12 +113,18 @@ def pairs(table: pa.Table, keyed: bool) -> Counter[tuple[int, ...]]:
     return Counter(zip(*(table[n].to_pylist() for n in names), strict=True))
 
 
+@pytest.mark.parametrize("tasks", [False, True], ids=["stream", "tasks"])
 @pytest.mark.parametrize("seed", range(10))
-def test_the_source_as_of_a_position_from_a_spilled_snapshot(tmp_path: Path, seed: int) -> None:
-    """A snapshot of the made-up source spilled in several batches, then random
-    transactions (rows moved to new keys, unchanged TOAST values, truncates, a keyless
-    table): the digests of the source as of the position equal those of the source's
-    rows, and the rows read back for every key are the source's."""
+def test_the_source_as_of_a_position_from_a_spilled_snapshot(
+    tmp_path: Path, seed: int, tasks: bool
+) -> None:
+    """A snapshot of the made-up source spilled in several batches (``tasks``: in files
+    of their own with the digests made beside them, as Spark tasks spill them:
+    ``spark.source_digests``), then random transactions (rows moved to new keys,
+    unchanged TOAST values, truncates, a keyless table): the digests of the source as of
+    the position equal those of the source's rows, the rows read back for every key are
+    the source's, and a lake without the table reports every key missing, with examples
+    read back from the files."""
     rng = random.Random(seed)
     src = source()
     next_id = [0]
@@ -138,12 +144,23 @@ def test_the_source_as_of_a_position_from_a_spilled_snapshot(tmp_path: Path, see
     for number, name in enumerate((KEYED, BAG)):
         spill = Spill(tmp_path, number)
         rows = lake_shape(snapshot[name])
-        for start in range(0, rows.num_rows, 15):
-            spill.write(rows.slice(start, 15))
-        spill.close()
         template = rows.slice(0, 0)
         keys = key_columns(template)
         columns = data_columns(template)
+        if tasks:
+            parts = []
+            for start in range(0, rows.num_rows, 15):
+                part = Spill(tmp_path, f"{number}-{start}")
+                part.write(rows.slice(start, 15))
+                part.close()
+                parts.append(part.path)
+            made = digests(rows, keys, columns)
+            made = made.select([KEY_DIGEST, ROW_DIGEST] if keys else [ROW_DIGEST])
+            spill.adopt(parts, rows.schema, rows.num_rows, made)
+        else:
+            for start in range(0, rows.num_rows, 15):
+                spill.write(rows.slice(start, 15))
+            spill.close()
         schema = pa.schema([template.schema.field(c) for c in columns])
         lake = LakeSide(TablePosition(None), None, keys, schema, [], [])
         held = [lake_shape(changes[name])] if name in changes else []
@@ -157,6 +174,11 @@ def test_the_source_as_of_a_position_from_a_spilled_snapshot(tmp_path: Path, see
             assert sorted(back.to_pylist(), key=lambda r: r["id"]) == sorted(
                 src.rows(name), key=lambda r: r["id"]
             )
+            report = lake.compare(name, side)
+            ids = {r["id"] for r in src.rows(name)}
+            assert report.missing == len(ids)
+            shown = report.examples.get("missing", [])
+            assert len(shown) == min(5, len(ids)) and set(shown) <= ids
 
 
 def test_a_repair_makes_the_lake_equal_the_source(lake: Lake, tmp_path: Path) -> None:

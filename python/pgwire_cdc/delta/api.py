@@ -217,6 +217,8 @@ def verify(
     writer: str = "delta-rs",
     spark: SparkSession | None = None,
     storage_options: Mapping[str, str] | None = None,
+    spark_source: bool | None = None,
+    spill_dir: str | None = None,
     **stream_options: Any,
 ) -> VerifyReport:
     """Compares the Delta tables :func:`run` keeps for ``publication`` and ``slot`` with
@@ -256,6 +258,8 @@ def verify(
             **stream_options,
         )
 
+    from ..spark.source_digests import verify_reader
+
     return verify_lake(
         dsn,
         sink.format,
@@ -267,4 +271,6 @@ def verify(
         wait=wait,
         catch_up=run_until if catch_up else None,
         on_progress=on_progress,
+        source_reader=verify_reader(spark, dsn, publication, spark_source),
+        spill_dir=spill_dir,
     )

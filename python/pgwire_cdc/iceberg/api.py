@@ -206,6 +206,8 @@ def verify(
     catch_up: bool = False,
     on_progress: Callable[[str], None] | None = None,
     table_name: Callable[[str], str] | None = None,
+    spark_source: bool | None = None,
+    spill_dir: str | None = None,
     **stream_options: Any,
 ) -> VerifyReport:
     """Compares the Iceberg tables :func:`run` keeps in ``catalog.namespace`` for
@@ -230,6 +232,8 @@ def verify(
             **stream_options,
         )
 
+    from ..spark.source_digests import verify_reader
+
     return verify_lake(
         dsn,
         sink.format,
@@ -241,6 +245,8 @@ def verify(
         wait=wait,
         catch_up=run_until if catch_up else None,
         on_progress=on_progress,
+        source_reader=verify_reader(sink.format.spark, dsn, publication, spark_source),
+        spill_dir=spill_dir,
     )
 
 

@@ -140,17 +140,35 @@ class LakeDigests:
 class Spill:
     """One source table's snapshot rows (their data columns: a snapshot's change rows
     carry nothing else), written to an Arrow IPC file in ``directory`` as they come and
-    read back batch by batch."""
+    read back batch by batch; or, read by Spark tasks, the files the tasks wrote
+    (:meth:`adopt`), with the digests they made."""
 
-    def __init__(self, directory: str | os.PathLike[str], number: int) -> None:
+    def __init__(self, directory: str | os.PathLike[str], number: int | str) -> None:
         self.path = Path(directory) / f"table-{number}.arrow"
+        #: The files holding the rows: this spill's own, or the tasks'.
+        self.parts = [self.path]
         #: The data columns the file holds; the change table's schema they came in (what
         #: a repair's change rows are made in).
         self.schema: pa.Schema | None = None
         self.change_schema: pa.Schema | None = None
         self.rows = 0
+        #: :func:`digests` of every row over all its data columns (:data:`KEY_DIGEST` and
+        #: :data:`ROW_DIGEST` only), where the tasks that read the rows made them.
+        self.digests: pa.Table | None = None
         self._sink: pa.NativeFile | None = None
         self._writer: pa.ipc.RecordBatchFileWriter | None = None
+
+    def adopt(
+        self, parts: list[Path], change_schema: pa.Schema, rows: int, found: pa.Table | None
+    ) -> None:
+        """The rows are in the files ``parts`` (written by Spark tasks, each a spill of
+        its own), ``found`` their digests."""
+        self.parts = list(parts)
+        self.change_schema = change_schema
+        empty = change_schema.empty_table()
+        self.schema = empty.select(data_columns(empty)).schema
+        self.rows = rows
+        self.digests = found
 
     def write(self, table: pa.Table) -> None:
         if self.change_schema is None:
@@ -182,14 +200,15 @@ class Spill:
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         self.close()
-        if not self.path.exists():
-            return
-        # Read, not memory-mapped: a batch's memory goes with the batch, and the file's
-        # pages never count as the process's own.
-        with pa.OSFile(str(self.path)) as source:
-            reader = pa.ipc.open_file(source)
-            for i in range(reader.num_record_batches):
-                yield reader.get_batch(i)
+        for path in self.parts:
+            if not path.exists():
+                continue
+            # Read, not memory-mapped: a batch's memory goes with the batch, and the
+            # file's pages never count as the process's own.
+            with pa.OSFile(str(path)) as source:
+                reader = pa.ipc.open_file(source)
+                for i in range(reader.num_record_batches):
+                    yield reader.get_batch(i)
 
     def select(self, keys: list[str], wanted: pa.Array) -> pa.Table:
         """The rows whose key digest is among ``wanted``."""

@@ -27,8 +27,11 @@ Neither side's rows are held in memory (:mod:`~pgwire_cdc.lakehouse.digests`): t
 snapshot's rows go to an Arrow IPC file in a temporary directory as they come and are
 read back for the keys step 3 touches and those a repair writes; the lake table is reduced
 to keys and digests batch by batch where it is read (delta-rs's reader; Spark tasks for
-Iceberg). What stays is each row's key and 16 bytes, per side. A keyless table, or one a
-truncate after ``C`` cleared, is read back whole.
+Iceberg). With a :data:`SourceReader` (:mod:`pgwire_cdc.spark.source_digests`) the source
+tables are read under step 1's snapshot by it instead, a big one by Spark tasks that spill
+its rows to files of their own and hand back only the digests. What stays is each row's
+key and 16 bytes, per side. A keyless table, or one a truncate after ``C`` cleared, is read
+back whole.
 
 Repair upserts the source rows of the missing and different keys and deletes the extra
 ones, in one MERGE per table that records the position the table already has, so the
@@ -74,6 +77,11 @@ log = logging.getLogger("pgwire_cdc")
 MESSAGE_PREFIX = "pgwire_cdc.verify"
 #: Keys of each kind a report keeps as examples.
 EXAMPLES = 5
+
+#: A reader of source tables under verify's exported snapshot, instead of its stream's:
+#: ``read(name, snapshot, consistent_point, spill)`` fills ``spill`` with the table's rows
+#: (and, read by Spark tasks, their digests: :mod:`pgwire_cdc.spark.source_digests`).
+SourceReader = Callable[[str, str, int, Spill], None]
 
 
 @dataclass
@@ -163,10 +171,14 @@ def verify(
     wait: float = 300.0,
     catch_up: Callable[[int], None] | None = None,
     on_progress: Callable[[str], None] | None = None,
+    source_reader: SourceReader | None = None,
+    spill_dir: str | None = None,
 ) -> VerifyReport:
     """Compares the lake tables ``format`` keeps for the pipeline of ``publication`` and
     ``slot`` with their source (see the module documentation): every published table, or
-    ``tables``. ``wait``: seconds to wait for the pipeline to reach the source snapshot;
+    ``tables``; read by ``source_reader`` when given, else by verify's stream, and spilled
+    to a temporary directory in ``spill_dir`` (default: the system's).
+    ``wait``: seconds to wait for the pipeline to reach the source snapshot;
     ``catch_up(lsn)``, when given, is called instead when no consumer streams the slot (a
     run of the pipeline up to ``lsn``). ``repair``: fix the differences found.
     ``recover``: the pipeline's slot is gone or invalidated: compare with the source as
@@ -175,12 +187,27 @@ def verify(
 
     progress = on_progress or (lambda _msg: None)
     name = f"pgwire_cdc_verify_{os.getpid()}_{secrets.token_hex(3)}"
-    options = StreamOptions(publication=publication, slot=name, max_batch_rows=100_000)
     wanted = set(tables) if tables is not None else None
-    batches = iter(stream(dsn, options=options))
-    with tempfile.TemporaryDirectory(prefix="pgwire_cdc-verify-") as spill_dir:
+    with tempfile.TemporaryDirectory(prefix="pgwire_cdc-verify-", dir=spill_dir) as directory:
+        spills: dict[str, Spill] = {}
+
+        def read_source(snapshot_name: str, consistent_point: int, names: list[str]) -> None:
+            assert source_reader is not None
+            for table in names:
+                if wanted is None or table in wanted:
+                    spill = spills[table] = Spill(directory, len(spills))
+                    source_reader(table, snapshot_name, consistent_point, spill)
+                    progress(f"source read: {table}, {spill.rows} rows")
+
+        options = StreamOptions(
+            publication=publication,
+            slot=name,
+            max_batch_rows=100_000,
+            snapshot_reader=read_source if source_reader is not None else None,
+        )
+        batches = iter(stream(dsn, options=options))
         try:
-            snapshot, cp = _read_snapshot(batches, wanted, progress, spill_dir)
+            snapshot, cp = _read_snapshot(batches, wanted, progress, directory, spills)
             with psycopg.connect(dsn, autocommit=True) as conn:
                 first = publication if isinstance(publication, str) else publication[0]
                 for table, spill in snapshot.items():
@@ -304,7 +331,9 @@ class LakeSide:
         report = TableReport(name, source_rows=source.digests.num_rows)
         if self.rows is None:
             report.missing = source.digests.num_rows
-            report.examples["missing"] = _examples(source.digests, self.keys)
+            if self.keys is not None:
+                first = np.arange(min(EXAMPLES, source.digests.num_rows))
+                report.examples["missing"] = _examples(source.key_rows(first), self.keys)
             return report
         report.lake_rows = self.rows.num_rows
         report.columns_missing = list(self.columns_missing)
@@ -312,7 +341,7 @@ class LakeSide:
         if self.keys is None:
             _compare_multisets(report, source.digests, self.rows)
         else:
-            _compare_keyed(report, source.digests, self.rows, self.keys)
+            _compare_keyed(report, source, self.rows, self.keys)
         return report
 
 
@@ -352,6 +381,15 @@ class SourceSide:
     touched: pa.Array | None = None
     whole: pa.Table | None = None
 
+    def key_rows(self, at: np.ndarray) -> pa.Table:
+        """The keys of the rows at indices ``at`` of :attr:`digests` (which hold no key
+        columns where Spark tasks made them: those rows are read back)."""
+        assert self.keys is not None
+        picked = self.digests.take(pa.array(at, pa.int64()))
+        if all(k in picked.column_names for k in self.keys):
+            return picked
+        return self.rows(picked[KEY_DIGEST].combine_chunks())
+
     def rows(self, wanted: pa.Array) -> pa.Table:
         """The rows of the key digests ``wanted``."""
         assert self.keys is not None
@@ -378,10 +416,11 @@ def _read_snapshot(
     wanted: set[str] | None,
     progress: Callable[[str], None],
     directory: str,
+    rows: dict[str, Spill],
 ) -> tuple[dict[str, Spill], int]:
     """The source tables' rows at the temporary slot's consistent point, as change tables
-    (``read`` rows) spilled to ``directory``, and that point."""
-    rows: dict[str, Spill] = {}
+    (``read`` rows) spilled to ``directory``, and that point; ``rows``: the tables a
+    snapshot reader read (the stream's batches then carry none)."""
 
     def spill(name: str) -> Spill:
         if name not in rows:
@@ -526,8 +565,12 @@ def _source_at(spill: Spill, changes: list[pa.Table], lake: LakeSide, flushed: i
             stream, _ = _native.apply_changes(unsliced(whole), unsliced(held), keys)
             whole = table_of(stream)
         return SourceSide(digests(whole, lake.keys, compared), spill, lake.keys, whole=whole)
-    parts = [digests(pa.Table.from_batches([b]), keys, compared) for b in spill.batches()]
-    base = pa.concat_tables(parts) if parts else digests(template.select(columns), keys, compared)
+    if spill.digests is not None and compared == columns and lake.keys == keys:
+        base = spill.digests  # made by the tasks that read the rows
+    else:
+        parts = [digests(pa.Table.from_batches([b]), keys, compared) for b in spill.batches()]
+        empty = digests(template.select(columns), keys, compared)
+        base = pa.concat_tables(parts) if parts else empty
     if held is None:
         return SourceSide(base, spill, keys)
     touched = _touched(held, keys, template.schema)
@@ -535,7 +578,8 @@ def _source_at(spill: Spill, changes: list[pa.Table], lake: LakeSide, flushed: i
     stream, _ = _native.apply_changes(unsliced(before), unsliced(held), keys)
     changed = table_of(stream)
     kept = base.filter(pc.invert(pc.is_in(base[KEY_DIGEST], value_set=touched)))
-    merged = pa.concat_tables([kept, digests(changed, keys, compared).cast(kept.schema)])
+    now = digests(changed, keys, compared).select(kept.column_names).cast(kept.schema)
+    merged = pa.concat_tables([kept, now])
     return SourceSide(merged, spill, keys, changed=changed, touched=touched)
 
 
@@ -635,21 +679,24 @@ def _numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return numbers
 
 
-def _compare_keyed(report: TableReport, source: pa.Table, lake: pa.Table, keys: list[str]) -> None:
-    found = _match(source, lake)
+def _compare_keyed(
+    report: TableReport, source: SourceSide, lake: pa.Table, keys: list[str]
+) -> None:
+    found = _match(source.digests, lake)
     report.missing = len(found.missing)
     report.different = len(found.different)
     # A key the lake holds more than once: each copy past the first is extra.
     report.extra = len(found.extra) + found.copies
     kinds = [
-        ("missing", source, found.missing),
+        ("missing", None, found.missing),
         ("extra", lake, found.extra),
-        ("different", source, found.different),
+        ("different", None, found.different),
         ("extra", lake, found.duplicated),
     ]
     for kind, table, rows in kinds:
         if len(rows):
-            picked = table.take(pa.array(np.sort(rows)[:EXAMPLES]))
+            at = np.sort(rows)[:EXAMPLES]
+            picked = source.key_rows(at) if table is None else table.take(pa.array(at))
             report.examples.setdefault(kind, [])
             report.examples[kind] += _examples(picked, keys)
     report.examples = {k: v[:EXAMPLES] for k, v in report.examples.items()}

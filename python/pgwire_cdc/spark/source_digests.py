@@ -1,0 +1,154 @@
+"""verify's source side read by Spark tasks (:mod:`pgwire_cdc.lakehouse.verify`).
+
+A big source table is read as the Spark snapshot reads one (:mod:`.snapshot`): CTID block
+ranges, one per task, each read under verify's exported snapshot by a connection of the
+task's own and the Rust COPY decoder. A task writes the rows of its range to an Arrow IPC
+file in verify's spill directory (read back later only for the keys changes after the
+snapshot touched, and for a repair's rows) and hands the driver, per row, the key's and
+the values' 64-bit digests: 16 bytes a row instead of the row. Smaller tables are read in
+verify's own process the same way, one range each. The spill directory must be one that
+the tasks and verify's process both see (a local session's, or a shared file system).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from ..catalog import TableInfo
+from ..connection import connect
+from ..errors import ConfigError
+from ..lakehouse.digests import KEY_DIGEST, ROW_DIGEST, Spill, digests
+from ..lakehouse.shape import data_columns, lake_shape
+from ..lakehouse.verify import SourceReader
+from ..tables import key_columns
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: A table of at least this many 8 KiB blocks (100 MiB: some million rows of a narrow
+#: table) is read by Spark tasks by default; a smaller one in verify's process.
+SPARK_MIN_BLOCKS = 12_800
+
+
+@dataclass(frozen=True)
+class RangeReader:
+    """A Spark task's work (picklable): each input row ``(index, query)`` names a block
+    range, read under ``snapshot`` into the file ``table-<number>-<index>.arrow`` of
+    ``directory``; the output is the digests of its rows, and a last row per range with
+    the count (``_n``) and the range's index (``_i``) so the driver knows the files."""
+
+    dsn: str
+    snapshot: str
+    info: TableInfo
+    consistent_point: int
+    directory: str
+    number: int
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for index, query in zip(batch["i"].to_pylist(), batch["q"].to_pylist(), strict=True):
+                yield from self.read(int(index), str(query))
+
+    def read(self, index: int, query: str) -> Iterator[pa.RecordBatch]:
+        from .snapshot import read_partition
+
+        part = Spill(self.directory, f"{self.number}-{index}")
+        rows = 0
+        keys: list[str] | None = None
+        for table in read_partition(
+            self.dsn,
+            self.snapshot,
+            self.info,
+            query,
+            index=index,
+            consistent_point=self.consistent_point,
+        ):
+            shaped = lake_shape(table)
+            keys = key_columns(shaped)
+            if shaped.num_rows == 0:
+                continue
+            part.write(shaped)
+            rows += shaped.num_rows
+            found = digests(shaped, keys, data_columns(shaped))
+            yield _output(found, len(found), index, 0)
+        part.close()
+        yield _output(None, 0, index, rows)
+
+
+def _output(found: pa.Table | None, n: int, index: int, count: int) -> pa.RecordBatch:
+    """A task's output batch: digests (``found``, of ``n`` rows), or the closing row of a
+    range (``count`` rows in all)."""
+    if found is None:
+        k = d = pa.array([None], pa.int64())
+        i, c = pa.array([index], pa.int32()), pa.array([count], pa.int64())
+    else:
+        k = found[KEY_DIGEST].combine_chunks() if KEY_DIGEST in found.column_names else None
+        d = found[ROW_DIGEST].combine_chunks()
+        k = k if k is not None else pa.nulls(n, pa.int64())
+        i, c = pa.nulls(n, pa.int32()), pa.nulls(n, pa.int64())
+    return pa.RecordBatch.from_arrays([k, d, i, c], names=[KEY_DIGEST, ROW_DIGEST, "_i", "_n"])
+
+
+def source_reader(
+    spark: SparkSession, dsn: str, publication: str | None, min_blocks: int = SPARK_MIN_BLOCKS
+) -> SourceReader:
+    """verify's reader of source tables: of at least ``min_blocks`` blocks by Spark tasks
+    (as many ranges as the session runs tasks at once), smaller ones in this process."""
+    from .. import catalog
+    from .sessions import default_parallelism, register
+    from .snapshot import describe, partition_queries
+
+    def read(name: str, snapshot: str, consistent_point: int, spill: Spill) -> None:
+        with connect(dsn) as conn:
+            info = describe(conn, name, publication)
+            blocks = catalog.table_blocks(conn, info.oid)
+            tasks = default_parallelism(spark) if blocks >= min_blocks else 1
+            queries = partition_queries(conn, info, tasks)
+        directory = str(spill.path.parent)
+        number = int(spill.path.stem.rsplit("-", 1)[-1])
+        reader = RangeReader(dsn, snapshot, info, consistent_point, directory, number)
+        if len(queries) == 1 and blocks < min_blocks:
+            out = pa.Table.from_batches(list(reader.read(0, queries[0])))
+        else:
+            register(spark)  # a worker needs the package; the session may not have it
+            frame = spark.createDataFrame(list(enumerate(queries)), "i int, q string")
+            schema = f"{KEY_DIGEST} long, {ROW_DIGEST} long, _i int, _n long"
+            out = frame.repartition(len(queries)).mapInArrow(reader, schema).toArrow()
+        _adopt(spill, info, out, directory, number)
+
+    return read
+
+
+def verify_reader(
+    spark: SparkSession | None, dsn: str, publication: str | None, spark_source: bool | None
+) -> SourceReader | None:
+    """The source reader of ``verify(spark_source=...)``: None (verify's stream reads the
+    source) without a session or with ``False``; every table by Spark tasks with ``True``;
+    by default, tables of at least :data:`SPARK_MIN_BLOCKS` blocks."""
+    if spark is None or spark_source is False:
+        return None
+    return source_reader(spark, dsn, publication, 0 if spark_source else SPARK_MIN_BLOCKS)
+
+
+def _adopt(spill: Spill, info: TableInfo, out: pa.Table, directory: str, number: int) -> None:
+    """``spill`` made of the tasks' files and digests ``out``."""
+    closing = out.filter(out["_i"].is_valid())
+    parts = [Path(directory) / f"table-{number}-{i}.arrow" for i in closing["_i"].to_pylist()]
+    rows = sum(closing["_n"].to_pylist())
+    for path, count in zip(parts, closing["_n"].to_pylist(), strict=True):
+        if count and not path.exists():
+            raise ConfigError(
+                f"{info.qualified}: the file a Spark task wrote its rows to is not here"
+                f" ({path}): give verify a spill directory the tasks and this process both"
+                " see (spill_dir=...), or spark_source=False"
+            )
+    found = out.filter(out["_i"].is_null())
+    change_schema = lake_shape(info.change_table_schema().empty_table()).schema
+    keyed = key_columns(change_schema.empty_table()) is not None
+    columns = [KEY_DIGEST, ROW_DIGEST] if keyed else [ROW_DIGEST]
+    spill.adopt(parts, change_schema, rows, found.select(columns))
