@@ -11,11 +11,15 @@ transactions follow and are applied, then, in the same process and on the same t
   in one transaction, and every Delta table read whole with delta-rs;
 * memory: the same verify in a process of its own, its peak resident set, next to the
   size of the tables' rows in Arrow (what a comparison holding one side's rows in memory
-  would hold) and the same process's peak after importing alone.
+  would hold) and the same process's peak after importing alone;
+* with ``--spark``: the same verify given a local Spark session (``local[2]``) and
+  ``spark_source=True``, the source side read by Spark tasks (CTID ranges, rows to the
+  spill directory, digests to the driver), timed with the session already started, and
+  its Python process's peak resident set (the JVM's memory is its own).
 
 Writes ``benches/results/verify.md``.
 
-    .venv/bin/python benches/verify.py [--scale 10]  # 100: 10,000,000 rows
+    .venv/bin/python benches/verify.py [--scale 10] [--spark]  # 100: 10,000,000 rows
 """
 
 from __future__ import annotations
@@ -53,6 +57,18 @@ from pgwire_cdc import delta
 report = delta.verify({dsn!r}, {lake!r}, publication="pub", slot="s1", catch_up=True)
 assert report.equal, report.summary()
 """
+#: The same with the source side in Spark tasks (the session's start is not timed).
+VERIFY_SPARK = """
+import time
+from pgwire_cdc import delta
+from pgwire_cdc.spark import session
+spark = session("verify_bench", "local[2]", delta=False, iceberg=False)
+started = time.perf_counter()
+report = delta.verify({dsn!r}, {lake!r}, publication="pub", slot="s1", catch_up=True,
+                      spark=spark, spark_source=True)
+print(time.perf_counter() - started)
+assert report.equal, report.summary()
+"""
 #: The peak resident set of the process's own memory (``VmHWM``: ``ru_maxrss`` would keep
 #: the peak of the process it was forked from, this one, across the exec).
 PEAK = """
@@ -63,15 +79,21 @@ for line in open("/proc/self/status"):
 
 
 def peak_rss(code: str) -> int:
-    done = subprocess.run(
-        [sys.executable, "-c", code + PEAK], check=True, capture_output=True, text=True
-    )
-    return int(done.stdout.split()[-1])
+    return int(run_code(code)[-1])
+
+
+def run_code(code: str) -> list[str]:
+    """What ``code`` printed, in a process of its own, its peak resident set last."""
+    done = subprocess.run([sys.executable, "-c", code + PEAK], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"the measured process failed:\n{done.stderr[-3000:]}")
+    return done.stdout.split()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scale", type=int, default=10)
+    parser.add_argument("--spark", action="store_true", help="also the source side by Spark")
     args = parser.parse_args()
     with PgCluster.for_server("pg18") as cluster, tempfile.TemporaryDirectory() as tmp:
         cluster.start()
@@ -104,6 +126,10 @@ def main() -> None:
         rows = sum(t.source_rows for t in report.tables.values())
         peak = peak_rss(VERIFY.format(dsn=cluster.dsn, lake=str(lake)))
         imported = peak_rss(VERIFY.format(dsn=cluster.dsn, lake=str(lake)).split("\nreport")[0])
+        on_spark = None
+        if args.spark:
+            seconds, spark_peak = run_code(VERIFY_SPARK.format(dsn=cluster.dsn, lake=str(lake)))
+            on_spark = (float(seconds), int(spark_peak))
 
     baseline = source + lake_read
     lines = [
@@ -131,6 +157,17 @@ def main() -> None:
         f"| the same process after its imports alone | {imported / 2**20:,.0f} |",
         "",
     ]
+    if on_spark is not None:
+        lines += [
+            "The source side by Spark tasks (`spark_source=True`, a local Spark session of"
+            " 2 cores started before the clock):",
+            "",
+            "| verify, source side in Spark tasks | value |",
+            "|---|---:|",
+            f"| seconds | {on_spark[0]:.2f} |",
+            f"| Python process, peak resident (MB) | {on_spark[1] / 2**20:,.0f} |",
+            "",
+        ]
     out = HERE / "results" / "verify.md"
     out.write_text("\n".join(lines))
     print("\n".join(lines))

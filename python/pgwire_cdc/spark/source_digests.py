@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..catalog import TableInfo
 from ..connection import connect
@@ -39,8 +40,9 @@ SPARK_MIN_BLOCKS = 12_800
 class RangeReader:
     """A Spark task's work (picklable): each input row ``(index, query)`` names a block
     range, read under ``snapshot`` into the file ``table-<number>-<index>.arrow`` of
-    ``directory``; the output is the digests of its rows, and a last row per range with
-    the count (``_n``) and the range's index (``_i``) so the driver knows the files."""
+    ``directory``; the output is the digests of its rows (``_end`` false), then one row
+    for the range (``_end`` true: ``_k`` its index, ``_d`` its row count), so the driver
+    knows the files."""
 
     dsn: str
     snapshot: str
@@ -59,7 +61,6 @@ class RangeReader:
 
         part = Spill(self.directory, f"{self.number}-{index}")
         rows = 0
-        keys: list[str] | None = None
         for table in read_partition(
             self.dsn,
             self.snapshot,
@@ -69,29 +70,23 @@ class RangeReader:
             consistent_point=self.consistent_point,
         ):
             shaped = lake_shape(table)
-            keys = key_columns(shaped)
             if shaped.num_rows == 0:
                 continue
             part.write(shaped)
             rows += shaped.num_rows
-            found = digests(shaped, keys, data_columns(shaped))
-            yield _output(found, len(found), index, 0)
+            found = digests(shaped, key_columns(shaped), data_columns(shaped))
+            n = found.num_rows
+            keyed = KEY_DIGEST in found.column_names
+            k = found[KEY_DIGEST].combine_chunks() if keyed else pa.nulls(n, pa.int64())
+            d = found[ROW_DIGEST].combine_chunks()
+            yield _output(k, d, pa.array([False] * n))
         part.close()
-        yield _output(None, 0, index, rows)
+        end = pa.array([True])
+        yield _output(pa.array([index], pa.int64()), pa.array([rows], pa.int64()), end)
 
 
-def _output(found: pa.Table | None, n: int, index: int, count: int) -> pa.RecordBatch:
-    """A task's output batch: digests (``found``, of ``n`` rows), or the closing row of a
-    range (``count`` rows in all)."""
-    if found is None:
-        k = d = pa.array([None], pa.int64())
-        i, c = pa.array([index], pa.int32()), pa.array([count], pa.int64())
-    else:
-        k = found[KEY_DIGEST].combine_chunks() if KEY_DIGEST in found.column_names else None
-        d = found[ROW_DIGEST].combine_chunks()
-        k = k if k is not None else pa.nulls(n, pa.int64())
-        i, c = pa.nulls(n, pa.int32()), pa.nulls(n, pa.int64())
-    return pa.RecordBatch.from_arrays([k, d, i, c], names=[KEY_DIGEST, ROW_DIGEST, "_i", "_n"])
+def _output(k: pa.Array, d: pa.Array, end: pa.Array) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([k, d, end], names=[KEY_DIGEST, ROW_DIGEST, "_end"])
 
 
 def source_reader(
@@ -103,11 +98,16 @@ def source_reader(
     from .sessions import default_parallelism, register
     from .snapshot import describe, partition_queries
 
+    parallelism: list[int] = []  # asked of Spark once, by the first table it reads
+
     def read(name: str, snapshot: str, consistent_point: int, spill: Spill) -> None:
         with connect(dsn) as conn:
             info = describe(conn, name, publication)
             blocks = catalog.table_blocks(conn, info.oid)
-            tasks = default_parallelism(spark) if blocks >= min_blocks else 1
+            if blocks >= min_blocks and not parallelism:
+                register(spark)  # a worker needs the package; the session may not have it
+                parallelism.append(default_parallelism(spark))
+            tasks = parallelism[0] if blocks >= min_blocks else 1
             queries = partition_queries(conn, info, tasks)
         directory = str(spill.path.parent)
         number = int(spill.path.stem.rsplit("-", 1)[-1])
@@ -115,9 +115,8 @@ def source_reader(
         if len(queries) == 1 and blocks < min_blocks:
             out = pa.Table.from_batches(list(reader.read(0, queries[0])))
         else:
-            register(spark)  # a worker needs the package; the session may not have it
             frame = spark.createDataFrame(list(enumerate(queries)), "i int, q string")
-            schema = f"{KEY_DIGEST} long, {ROW_DIGEST} long, _i int, _n long"
+            schema = f"{KEY_DIGEST} long, {ROW_DIGEST} long, _end boolean"
             out = frame.repartition(len(queries)).mapInArrow(reader, schema).toArrow()
         _adopt(spill, info, out, directory, number)
 
@@ -137,18 +136,20 @@ def verify_reader(
 
 def _adopt(spill: Spill, info: TableInfo, out: pa.Table, directory: str, number: int) -> None:
     """``spill`` made of the tasks' files and digests ``out``."""
-    closing = out.filter(out["_i"].is_valid())
-    parts = [Path(directory) / f"table-{number}-{i}.arrow" for i in closing["_i"].to_pylist()]
-    rows = sum(closing["_n"].to_pylist())
-    for path, count in zip(parts, closing["_n"].to_pylist(), strict=True):
+    ends = out["_end"]
+    closing = out.filter(ends)
+    found = out.filter(pc.invert(ends))
+    del out
+    counts = closing[ROW_DIGEST].to_pylist()
+    parts = [Path(directory) / f"table-{number}-{i}.arrow" for i in closing[KEY_DIGEST].to_pylist()]
+    for path, count in zip(parts, counts, strict=True):
         if count and not path.exists():
             raise ConfigError(
                 f"{info.qualified}: the file a Spark task wrote its rows to is not here"
                 f" ({path}): give verify a spill directory the tasks and this process both"
                 " see (spill_dir=...), or spark_source=False"
             )
-    found = out.filter(out["_i"].is_null())
     change_schema = lake_shape(info.change_table_schema().empty_table()).schema
     keyed = key_columns(change_schema.empty_table()) is not None
     columns = [KEY_DIGEST, ROW_DIGEST] if keyed else [ROW_DIGEST]
-    spill.adopt(parts, change_schema, rows, found.select(columns))
+    spill.adopt(parts, change_schema, sum(counts), found.select(columns))
