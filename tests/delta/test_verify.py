@@ -251,6 +251,11 @@ def test_the_source_read_by_spark_tasks_finds_and_repairs_differences(
     lake kept by delta-rs compares equal; a row deleted, one altered and one added are
     found with their keys, and repaired from the tasks' files; the next verify is equal."""
 
+    from pgwire_cdc.spark.source_digests import verify_reader
+
+    # By default a session of this machine's cores leaves the source to verify's stream.
+    assert verify_reader(spark, db.dsn, "pub", None) is None
+    assert verify_reader(spark, db.dsn, "pub", True) is not None
     workload.run(150)
     keep(db, tmp_path, deletion_vectors=False)
     options: dict[str, Any] = {"spark": spark, "spark_source": True}

@@ -12,6 +12,7 @@ the tasks and verify's process both see (a local session's, or a shared file sys
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,11 +127,18 @@ def source_reader(
 def verify_reader(
     spark: SparkSession | None, dsn: str, publication: str | None, spark_source: bool | None
 ) -> SourceReader | None:
-    """The source reader of ``verify(spark_source=...)``: None (verify's stream reads the
-    source) without a session or with ``False``; every table by Spark tasks with ``True``;
-    by default, tables of at least :data:`SPARK_MIN_BLOCKS` blocks."""
+    """The source reader of ``verify(spark_source=...)``: every table by Spark tasks with
+    ``True``; None (verify's stream reads the source) without a session or with
+    ``False``. By default (None), tables of at least :data:`SPARK_MIN_BLOCKS` blocks by
+    Spark tasks when the session runs more tasks at once than this machine has cores (a
+    cluster): on one machine verify's own reader is faster (benches/verify.py)."""
     if spark is None or spark_source is False:
         return None
+    if spark_source is None:
+        from .sessions import default_parallelism
+
+        if default_parallelism(spark) <= (os.cpu_count() or 1):
+            return None
     return source_reader(spark, dsn, publication, 0 if spark_source else SPARK_MIN_BLOCKS)
 
 
