@@ -137,7 +137,9 @@ def main() -> None:
         "",
         f"`benches/verify.py --scale {args.scale}`: pgbench at scale {args.scale} ({rows:,}"
         f" rows in 4 tables), PostgreSQL 18, delta-rs with deletion vectors, extension"
-        f" profile `{native_build_profile() or 'unknown'}`, {os.cpu_count()} cores.",
+        f" profile `{native_build_profile() or 'unknown'}`, {os.cpu_count()} cores; 1-minute"
+        f" load average {os.getloadavg()[0]:.1f} at the end (other jobs make the seconds"
+        " upper bounds).",
         "",
         "| step | seconds |",
         "|---|---:|",
