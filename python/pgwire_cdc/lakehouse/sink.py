@@ -42,15 +42,15 @@ snapshot forgets them.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import json
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -180,6 +180,30 @@ def interleave(
     return [*items, *pending]
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _reported(
+    method: Callable[Concatenate[LakehouseSink, P], R],
+) -> Callable[Concatenate[LakehouseSink, P], R]:
+    """``method`` raising an error of the format's libraries or store
+    (:attr:`~pgwire_cdc.lakehouse.format.TableFormat.foreign_errors`) as the format's own
+    error, naming the table it met it on."""
+
+    @functools.wraps(method)
+    def reported(self: LakehouseSink, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        self._at = ""
+        try:
+            return method(self, *args, **kwargs)
+        except Error:
+            raise
+        except self.format.foreign_errors as e:
+            raise self.format.error(_failed(self.format.kind, self._at, e)) from e
+
+    return reported
+
+
 class LakehouseSink:
     """The tables of one stream in one table ``format`` (see the module documentation).
     ``on_step("committed")`` is called after each commit. ``as_of_every``: seconds between
@@ -256,6 +280,7 @@ class LakehouseSink:
 
     # -- the pipeline's Sink protocol ------------------------------------------------
 
+    @_reported
     def held_tables(
         self, published: Iterable[str] | None = None, slot_exists: bool = False
     ) -> dict[str, Any]:
@@ -264,59 +289,58 @@ class LakehouseSink:
         incremental copy reached. With ``slot_exists`` (the stream resumes a slot), the
         format's error when there is no table at all: the changes would land on top of
         nothing, the rows from before the slot was made missing."""
-        with self._reported():
-            held: dict[str, Any] = {}
-            for name in sorted(set(published or ()) | set(self.format.found_tables())):
-                ref = self._ref(name)
-                pos = self._position(ref)
-                if pos is None:
-                    continue
-                progress = self.format.progress(ref)
-                held[name] = None if progress is NO_PROGRESS else progress
-                # Kept, and recorded again with the table's next commit.
-                self._progress[name] = held[name]
-            if slot_exists and not held:
-                raise self.format.error(
-                    f"the replication slot exists but there is no {self.format.kind} "
-                    f"{self.format.where()}, so the rows from before the slot was created would "
-                    "be missing; drop the slot (pg_drop_replication_slot) to start with a new "
-                    "snapshot, or point the sink at the tables that used it"
-                )
-            return held
+        held: dict[str, Any] = {}
+        for name in sorted(set(published or ()) | set(self.format.found_tables())):
+            ref = self._ref(name)
+            pos = self._position(ref)
+            if pos is None:
+                continue
+            progress = self.format.progress(ref)
+            held[name] = None if progress is NO_PROGRESS else progress
+            # Kept, and recorded again with the table's next commit.
+            self._progress[name] = held[name]
+        if slot_exists and not held:
+            raise self.format.error(
+                f"the replication slot exists but there is no {self.format.kind} "
+                f"{self.format.where()}, so the rows from before the slot was created would "
+                "be missing; drop the slot (pg_drop_replication_slot) to start with a new "
+                "snapshot, or point the sink at the tables that used it"
+            )
+        return held
 
+    @_reported
     def held_shapes(self, published: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
         """``stream(held_shapes=...)``: of the tables ``published`` and those the format
         finds, the source-table description each table's columns follow, where recorded."""
-        with self._reported():
-            held: dict[str, dict[str, Any]] = {}
-            for name in sorted(set(published) | set(self.format.found_tables())):
-                ref = self._ref(name)
-                if not self.format.exists(ref):
-                    continue
-                text = self._shapes[name] = self.format.property(ref, SHAPE_PROPERTY)
-                if text:
-                    try:
-                        held[name] = json.loads(text)
-                    except ValueError:
-                        log.warning("%s: its recorded source description is not JSON", name)
-            return held
+        held: dict[str, dict[str, Any]] = {}
+        for name in sorted(set(published) | set(self.format.found_tables())):
+            ref = self._ref(name)
+            if not self.format.exists(ref):
+                continue
+            text = self._shapes[name] = self.format.property(ref, SHAPE_PROPERTY)
+            if text:
+                try:
+                    held[name] = json.loads(text)
+                except ValueError:
+                    log.warning("%s: its recorded source description is not JSON", name)
+        return held
 
+    @_reported
     def check_source(self, server: Server, published: Iterable[str] = ()) -> None:
         """The server the stream reads (:mod:`~pgwire_cdc.lakehouse.identity`): raises the
         format's error when a table ``published`` or found was written from another
         source or holds changes the server's WAL does not; from now on every commit
         records the server's source."""
-        with self._reported():
-            for name in sorted(set(published) | set(self.format.found_tables())):
-                ref = self._ref(name)
-                pos = self._position(ref)
-                if pos is None:
-                    continue
-                where = f"the {self.format.kind} {ref}"
-                reason = refusal(name, where, self.format.source(ref), pos.reached, server)
-                if reason is not None:
-                    raise self.format.error(reason)
-            self._source = server.source
+        for name in sorted(set(published) | set(self.format.found_tables())):
+            ref = self._ref(name)
+            pos = self._position(ref)
+            if pos is None:
+                continue
+            where = f"the {self.format.kind} {ref}"
+            reason = refusal(name, where, self.format.source(ref), pos.reached, server)
+            if reason is not None:
+                raise self.format.error(reason)
+        self._source = server.source
 
     def _sourced(self, mark: Mark) -> Mark:
         """``mark`` recording the stream's source too."""
@@ -361,38 +385,23 @@ class LakehouseSink:
         table had no rows): :meth:`create_tables` makes them."""
         return list(self.missing)
 
+    @_reported
     def create_tables(self, schemas: Mapping[str, pa.Schema]) -> None:
         """Makes the tables of ``schemas`` (change-table schemas, by source table) that
         do not exist yet, with the change tables' data columns."""
-        with self._reported():
-            for name, schema in schemas.items():
-                ref = self._ref(name)
-                if not self.format.exists(ref):
-                    data = pa.schema([f for f in schema if f.name not in METADATA_COLUMNS])
-                    self.format.create(ref, lake_shape(data.empty_table()).schema)
-                    self._positions[ref] = TablePosition(None)
-            self.missing = [name for name in self.missing if name not in schemas]
+        for name, schema in schemas.items():
+            ref = self._ref(name)
+            if not self.format.exists(ref):
+                data = pa.schema([f for f in schema if f.name not in METADATA_COLUMNS])
+                self.format.create(ref, lake_shape(data.empty_table()).schema)
+                self._positions[ref] = TablePosition(None)
+        self.missing = [name for name in self.missing if name not in schemas]
 
+    @_reported
     def apply(self, batch: Batch) -> ApplyStats:
         """Commits one batch to the tables it touches. Ack it only after this returns.
         An error of the format's libraries or store is raised as the format's error,
         naming the table (nothing of the batch is acked: a run again delivers it)."""
-        with self._reported():
-            return self._apply(batch)
-
-    @contextlib.contextmanager
-    def _reported(self) -> Iterator[None]:
-        """Raises an error of the format's libraries or store (:attr:`TableFormat.
-        foreign_errors`) as the format's own error, naming the table it met it on."""
-        self._at = ""
-        try:
-            yield
-        except Error:
-            raise
-        except self.format.foreign_errors as e:
-            raise self.format.error(_failed(self.format.kind, self._at, e)) from e
-
-    def _apply(self, batch: Batch) -> ApplyStats:
         stats = ApplyStats(batches=1)
         source = self._source
         if source is not None and batch.timeline not in (None, source.timeline):
@@ -457,12 +466,12 @@ class LakehouseSink:
         self._after_batch(batch)
         return stats
 
+    @_reported
     def finish(self) -> None:
         """The stream ended: an as-of point at the last batch when one may stand there
         and none does yet."""
-        with self._reported():
-            if self.as_of_every is not None:
-                self._write_point()
+        if self.as_of_every is not None:
+            self._write_point()
 
     def apply_table(self, ref: str, changes: pa.Table, lsn: int) -> ApplyStats:
         """Commits one change table to the table ``ref``, skipping the rows at or below
