@@ -91,23 +91,33 @@ def _output(k: pa.Array, d: pa.Array, end: pa.Array) -> pa.RecordBatch:
 
 
 def source_reader(
-    spark: SparkSession, dsn: str, publication: str | None, min_blocks: int = SPARK_MIN_BLOCKS
+    spark: SparkSession,
+    dsn: str,
+    publication: str | None,
+    min_blocks: int = SPARK_MIN_BLOCKS,
+    tasks_at_once: int | None = None,
 ) -> SourceReader:
     """verify's reader of source tables: of at least ``min_blocks`` blocks by Spark tasks
-    (as many ranges as the session runs tasks at once), smaller ones in this process."""
+    (as many ranges as the session runs tasks at once, ``tasks_at_once`` when known),
+    smaller ones in this process."""
     from .. import catalog
+    from .lake import package_errors
     from .sessions import default_parallelism, register
     from .snapshot import describe, partition_queries
 
-    parallelism: list[int] = []  # asked of Spark once, by the first table it reads
+    # Asked of Spark once, by the first table it reads.
+    parallelism: list[int] = [tasks_at_once] if tasks_at_once is not None else []
+    registered: list[bool] = []
 
     def read(name: str, snapshot: str, consistent_point: int, spill: Spill) -> None:
         with connect(dsn) as conn:
             info = describe(conn, name, publication)
             blocks = catalog.table_blocks(conn, info.oid)
-            if blocks >= min_blocks and not parallelism:
+            if blocks >= min_blocks and not registered:
                 register(spark)  # a worker needs the package; the session may not have it
-                parallelism.append(default_parallelism(spark))
+                registered.append(True)
+                if not parallelism:
+                    parallelism.append(default_parallelism(spark))
             tasks = parallelism[0] if blocks >= min_blocks else 1
             queries = partition_queries(conn, info, tasks)
         directory = str(spill.path.parent)
@@ -118,7 +128,9 @@ def source_reader(
         else:
             frame = spark.createDataFrame(list(enumerate(queries)), "i int, q string")
             schema = f"{KEY_DIGEST} long, {ROW_DIGEST} long, _end boolean"
-            out = frame.repartition(len(queries)).mapInArrow(reader, schema).toArrow()
+            # A worker without the package fails with an error that says how to fix it.
+            with package_errors():
+                out = frame.repartition(len(queries)).mapInArrow(reader, schema).toArrow()
         _adopt(spill, info, out, directory, number)
 
     return read
@@ -134,12 +146,14 @@ def verify_reader(
     cluster): on one machine verify's own reader is faster (benches/verify.py)."""
     if spark is None or spark_source is False:
         return None
-    if spark_source is None:
-        from .sessions import default_parallelism
+    if spark_source:
+        return source_reader(spark, dsn, publication, 0)
+    from .sessions import default_parallelism
 
-        if default_parallelism(spark) <= (os.cpu_count() or 1):
-            return None
-    return source_reader(spark, dsn, publication, 0 if spark_source else SPARK_MIN_BLOCKS)
+    tasks = default_parallelism(spark)
+    if tasks <= (os.cpu_count() or 1):
+        return None
+    return source_reader(spark, dsn, publication, SPARK_MIN_BLOCKS, tasks)
 
 
 def _adopt(spill: Spill, info: TableInfo, out: pa.Table, directory: str, number: int) -> None:
