@@ -149,10 +149,11 @@ class Lake:
             return [(e.stem, e.read_text()) for e in sorted(Path(where).glob("*.json"))]
         from pyarrow import fs
 
+        options = self.s3.options
         store = fs.S3FileSystem(
-            access_key="testing",
-            secret_key="testing",
-            region="us-east-1",
+            access_key=options["AWS_ACCESS_KEY_ID"],
+            secret_key=options["AWS_SECRET_ACCESS_KEY"],
+            region=options["AWS_REGION"],
             endpoint_override=self.s3.endpoint,
             scheme="http",
         )

@@ -80,10 +80,10 @@ class RangeReader:
             keyed = KEY_DIGEST in found.column_names
             k = found[KEY_DIGEST].combine_chunks() if keyed else pa.nulls(n, pa.int64())
             d = found[ROW_DIGEST].combine_chunks()
-            yield _output(k, d, pa.array([False] * n))
+            yield _output(k, d, pa.repeat(False, n))
         part.close()
-        end = pa.array([True])
-        yield _output(pa.array([index], pa.int64()), pa.array([rows], pa.int64()), end)
+        closing = (pa.array([index], pa.int64()), pa.array([rows], pa.int64()))
+        yield _output(*closing, pa.repeat(True, 1))
 
 
 def _output(k: pa.Array, d: pa.Array, end: pa.Array) -> pa.RecordBatch:
